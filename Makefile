@@ -1,0 +1,27 @@
+# The README's two commands: `make demo` (the main job on the demo data) and `make test`.
+# Both set everything up on a fresh machine first (scripts/install.sh).
+VENV ?= .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test lint install bench
+
+$(VENV)/.installed: pyproject.toml scripts/install.sh
+	VENV=$(VENV) scripts/install.sh
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/selpe-audit demo --out out/demo
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m benchmarks

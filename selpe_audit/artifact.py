@@ -1,0 +1,200 @@
+"""The release artifact: ``release.json`` (canonical JSON, versioned) plus signatures.
+
+Writing: `write_release` checks the document against the artifact's own JSON Schema,
+writes it atomically and signs it with the release key. Reading: `read_release` verifies
+signatures against trusted keys *before* parsing, then checks the format version and the
+schema. Parsing is plain ``json.loads`` - nothing in the file is ever executed.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from selpe_audit import __version__
+from selpe_audit.canonical import atomic_write_json, canonical_bytes
+from selpe_audit.errors import UserError
+from selpe_audit.signing import (
+    SIGNATURES_DIR,
+    Verification,
+    key_id,
+    load_private_key,
+    sign_file,
+    verify_bytes,
+)
+
+RELEASE_FILE = "release.json"
+FORMAT = "selpe-audit/release"
+FORMAT_VERSION = 1
+
+_NUM = {"type": "number"}
+_LEDGER_ENTRY = {
+    "type": "object",
+    "required": ["id", "mechanism", "constructor", "scale", "epsilon", "delta", "scope",
+                 "composition"],
+    "properties": {
+        "id": {"type": "string"},
+        "mechanism": {"type": "string"},
+        "constructor": {"type": "string"},
+        "scale": _NUM,
+        "epsilon": {"type": "number", "minimum": 0},
+        "delta": {"type": "number", "minimum": 0, "maximum": 1},
+        "scope": {"type": "string"},
+        "composition": {"type": "string"},
+    },
+}
+
+ARTIFACT_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "selpe-audit release.json, format version 1",
+    "type": "object",
+    "required": ["format", "format_version", "tool", "dataset", "schema", "schema_sha256",
+                 "privacy_unit", "release_key_id", "budget", "ledger", "guarantees", "counts",
+                 "selection"],
+    "additionalProperties": False,
+    "properties": {
+        "format": {"const": FORMAT},
+        "format_version": {"const": FORMAT_VERSION},
+        "tool": {"type": "object", "additionalProperties": {"type": "string"}},
+        "dataset": {"type": "string", "minLength": 1},
+        "schema": {"type": "object"},
+        "schema_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "privacy_unit": {
+            "type": "object",
+            "required": ["unit"],
+            "properties": {
+                "unit": {"enum": ["row", "person"]},
+                "id_field": {"type": "string"},
+                "max_contributions": {"type": "integer", "minimum": 1},
+            },
+        },
+        "release_key_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+        "budget": {
+            "type": "object",
+            "required": ["epsilon", "delta", "split"],
+            "properties": {
+                "epsilon": {"type": "number", "exclusiveMinimum": 0},
+                "delta": {"type": "number", "minimum": 0, "maximum": 1},
+                "split": {"type": "object", "additionalProperties": _NUM},
+            },
+        },
+        "ledger": {
+            "type": "object",
+            "required": ["entries", "total_epsilon", "total_delta", "accountant"],
+            "properties": {
+                "entries": {"type": "array", "items": _LEDGER_ENTRY},
+                "total_epsilon": {"type": "number", "minimum": 0},
+                "total_delta": {"type": "number", "minimum": 0},
+                "accountant": {"type": "string"},
+            },
+        },
+        "guarantees": {"type": "object"},
+        "counts": {"type": "object"},
+        "selection": {"type": ["object", "null"]},
+        "created": {"type": "string"},
+    },
+}
+_VALIDATOR = Draft202012Validator(ARTIFACT_JSON_SCHEMA)
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions of this tool and the libraries whose behaviour the release depends on."""
+    out = {"selpe-audit": __version__, "python": platform.python_version()}
+    for dist in ("opendp", "polars", "numpy", "jsonschema", "cryptography", "llama-cpp-python",
+                 "sentence-transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def check_release_document(doc: Any, source: str = RELEASE_FILE) -> None:
+    """Raise a one-line `UserError` unless ``doc`` is a release.json we can read."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UserError(f"{source}: not a selpe-audit release artifact")
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION:
+        raise UserError(f"{source}: unknown format version {version!r}; this tool reads version "
+                        f"{FORMAT_VERSION} - use a matching selpe-audit release")
+    err = next(iter(sorted(_VALIDATOR.iter_errors(doc), key=lambda e: list(e.path))), None)
+    if err is not None:
+        where = "/".join(str(x) for x in err.absolute_path) or "top level"
+        raise UserError(f"{source}: malformed at {where} ({err.validator} check failed)")
+
+
+def write_release(out_dir: str | Path, doc: dict[str, Any], release_key: str | Path) -> Path:
+    """Check, write (atomically, canonical bytes) and sign ``release.json``."""
+    d = Path(out_dir)
+    key = load_private_key(release_key)
+    if doc.get("release_key_id") != key_id(key.public_key()):
+        raise ValueError("release_key_id must be the id of the signing key")
+    check_release_document(json.loads(canonical_bytes(doc)))
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        stale = d / SIGNATURES_DIR
+        if stale.is_dir():
+            for old in stale.glob("*.sig"):  # signatures over an earlier release are void
+                old.unlink()
+        atomic_write_json(d / RELEASE_FILE, doc)
+    except OSError as e:
+        raise UserError(f"{d}: cannot write the artifact ({e.strerror})") from None
+    sign_file(d, RELEASE_FILE, release_key)
+    return d / RELEASE_FILE
+
+
+@dataclass(frozen=True)
+class VerifiedRelease:
+    """A release.json whose exact bytes were signed by trusted keys."""
+
+    doc: dict[str, Any]
+    verification: Verification
+
+    @property
+    def sha256(self) -> str:
+        return self.verification.sha256
+
+    @property
+    def approvals(self) -> tuple[str, ...]:
+        """Trusted signatures other than the release key's own."""
+        rk = self.doc["release_key_id"]
+        return tuple(k for k in self.verification.valid_key_ids if k != rk)
+
+
+def read_release(artifact_dir: str | Path, trusted: list[str | Path],
+                 require_approvals: int = 0) -> VerifiedRelease:
+    """Verify, then parse and check. Refuses with a one-line reason on any doubt."""
+    d = Path(artifact_dir)
+    if not d.is_dir():
+        raise UserError(f"{d}: artifact folder not found")
+    ver = verify_bytes(d, RELEASE_FILE, trusted)
+    try:
+        doc = json.loads(ver.data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise UserError(f"{d / RELEASE_FILE}: signed but not valid UTF-8 JSON") from None
+    check_release_document(doc, str(d / RELEASE_FILE))
+    rel = VerifiedRelease(doc, ver)
+    if len(rel.approvals) < require_approvals:
+        raise UserError(f"{d}: {len(rel.approvals)} approval(s) by trusted reviewer keys, "
+                        f"{require_approvals} required; ask a reviewer to run "
+                        "'selpe-audit approve' and pass their public key with --trust")
+    return rel
+
+
+def read_release_unverified(artifact_dir: str | Path) -> dict[str, Any]:
+    """Parse release.json for display only (review shows signature status separately)."""
+    p = Path(artifact_dir) / RELEASE_FILE
+    try:
+        doc = json.loads(p.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{p}: not found; is {artifact_dir} a release artifact folder?") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise UserError(f"{p}: not valid UTF-8 JSON") from None
+    check_release_document(doc, str(p))
+    return doc

@@ -1,0 +1,39 @@
+"""The console script as a user meets it: help, keygen, and stages not built yet."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXE = str(Path(sys.executable).with_name("selpe-audit"))
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="200")
+    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=600)
+
+
+def test_help_lists_every_subcommand():
+    r = run("--help")
+    assert r.returncode == 0
+    for name in ("keygen", "release", "review", "approve", "decode", "audit", "demo"):
+        assert name in r.stdout
+
+
+def test_keygen(tmp_path):
+    r = run("keygen", str(tmp_path / "keys" / "me.pem"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "keys" / "me.pub.pem").exists()
+    again = run("keygen", str(tmp_path / "keys" / "me.pem"))
+    assert again.returncode != 0
+    assert again.stderr.count("\n") == 1 and "already exists" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+def test_no_command_prints_help():
+    r = run()
+    assert r.returncode != 0
+    assert "usage" in r.stdout

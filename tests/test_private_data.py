@@ -1,0 +1,123 @@
+"""Reading private files: every bad-input case is one line naming file/row/field, no value."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from conftest import good_row
+
+from release.private_data import read_private_rows
+from selpe_audit.errors import UserError
+
+CANARY_TEXT = "CANARY-7f3a-unique-complaint"
+
+
+def _csv(tmp_path, rows, name="d.csv"):
+    p = tmp_path / name
+    pl.DataFrame(rows).write_csv(p)
+    return p
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
+def test_reads_all_formats(tmp_path, demo_schema, fmt):
+    rows = [good_row(i) for i in range(5)]
+    p = tmp_path / f"d.{fmt}"
+    df = pl.DataFrame(rows)
+    {"csv": df.write_csv, "parquet": df.write_parquet, "jsonl": df.write_ndjson}[fmt](p)
+    table = read_private_rows(p, demo_schema)
+    assert table.priv_rows == rows
+    assert not table.problems
+
+
+def _err(path, schema, **kw) -> str:
+    with pytest.raises(UserError) as e:
+        read_private_rows(path, schema, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    return msg
+
+
+def test_missing_and_empty_files(tmp_path, demo_schema):
+    assert "not found" in _err(tmp_path / "nope.csv", demo_schema)
+    empty = tmp_path / "e.csv"
+    empty.write_text("")
+    assert "empty" in _err(empty, demo_schema)
+    header_only = tmp_path / "h.csv"
+    header_only.write_text(",".join(demo_schema.field_names) + "\n")
+    assert "no data rows" in _err(header_only, demo_schema)
+    assert "unknown data format" in _err(tmp_path / "d.xlsx", demo_schema)
+
+
+def test_missing_column(tmp_path, demo_schema):
+    rows = [{k: v for k, v in good_row().items() if k != "heart_rate"}]
+    assert "missing column 'heart_rate'" in _err(_csv(tmp_path, rows), demo_schema)
+
+
+def test_non_utf8(tmp_path, demo_schema):
+    p = _csv(tmp_path, [good_row(1), good_row(2)])
+    data = p.read_bytes().replace(b"sore throat", b"sore thr\xff\xfet")
+    p.write_bytes(data)
+    msg = _err(p, demo_schema)
+    assert "line 2 is not valid UTF-8" in msg
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("heart_rate", "fast", "expected an integer"),
+        ("heart_rate", "88.5", "fraction"),
+        ("heart_rate", "999", "above the maximum 200"),
+        ("temperature_c", "NaN", "NaN or infinite"),
+        ("temperature_c", "inf", "NaN or infinite"),
+        ("chief_complaint", CANARY_TEXT * 10, "longer than maxLength 120"),
+        ("sex", "CANARY-sex-value", "not one of the allowed categories"),
+        ("age", "", "missing value"),
+    ],
+)
+def test_bad_values_name_row_and_field_not_value(tmp_path, demo_schema, field, value, reason):
+    rows = [{k: str(v) for k, v in good_row(i).items()} for i in range(3)]
+    rows[1][field] = value
+    p = _csv(tmp_path, rows)
+    msg = _err(p, demo_schema)
+    assert f"row 2, field '{field}'" in msg
+    assert reason in msg
+    assert "--invalid-rows drop" in msg
+    if len(value) > 4:
+        assert value not in msg and "CANARY" not in msg
+
+
+def test_drop_policy_keeps_valid_rows_and_reports(tmp_path, demo_schema):
+    rows = [{k: str(v) for k, v in good_row(i).items()} for i in range(4)]
+    rows[0]["o2_saturation"] = "12"
+    rows[3]["chief_complaint"] = CANARY_TEXT * 10
+    table = read_private_rows(_csv(tmp_path, rows), demo_schema, invalid="drop")
+    assert len(table.priv_rows) == 2
+    assert table.dropped_rows == 2
+    assert [(p.row, p.field) for p in table.problems] == [(1, "o2_saturation"),
+                                                          (4, "chief_complaint")]
+    assert CANARY_TEXT not in json.dumps([p.__dict__ for p in table.problems])
+
+
+def test_jsonl_wrong_type(tmp_path, demo_schema):
+    bad = good_row()
+    bad["chief_complaint"] = 42
+    p = tmp_path / "d.jsonl"
+    p.write_text(json.dumps(good_row()) + "\n" + json.dumps(bad) + "\n")
+    assert "expected text" in _err(p, demo_schema)
+
+
+def test_malformed_csv_does_not_quote_content(tmp_path, demo_schema):
+    p = tmp_path / "d.csv"
+    header = ",".join(demo_schema.field_names)
+    p.write_text(header + '\n"CANARY-unterminated,1,2\nx,y\n')
+    msg = _err(p, demo_schema)
+    assert "CANARY" not in msg
+
+
+def test_extra_columns_are_ignored_and_reported(tmp_path, demo_schema):
+    rows = [dict(good_row(), mrn="M1")]
+    table = read_private_rows(_csv(tmp_path, rows), demo_schema)
+    assert table.ignored_columns == ["mrn"]
+    assert "mrn" not in table.priv_rows[0]
