@@ -2,12 +2,58 @@
 
 from __future__ import annotations
 
-from selpe_audit.command import Command, no_arguments, not_available
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from release.config import load_config
+from release.pipeline import run_release
+from selpe_audit.command import Command
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="release TOML file (see examples/release.toml)")
+    p.add_argument("--data", help="private rows: .csv, .parquet or .jsonl")
+    p.add_argument("--schema", help="dataset schema (JSON Schema with x-label, x-bins)")
+    p.add_argument("--dataset", help="dataset name (the lifetime ledger is per dataset)")
+    p.add_argument("--out", help="artifact folder to write (default out/release)")
+    p.add_argument("--key", dest="release_key", help="release signing key (PEM)")
+    p.add_argument("--epsilon", type=float, help="total epsilon of this release (default 2.0)")
+    p.add_argument("--unit", choices=["row", "person"], help="privacy unit")
+    p.add_argument("--id-field", help="person id field (unit = person)")
+    p.add_argument("--max-contributions", type=int, help="rows kept per person (unit = person)")
+    p.add_argument("--lifetime-ledger", help="folder of the per-dataset lifetime ledgers")
+    p.add_argument("--lifetime-epsilon", type=float, help="lifetime budget of the dataset")
+    p.add_argument("--invalid-rows", choices=["fail", "drop"],
+                   help="what to do with rows that break the schema (default fail)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    overrides = {k: getattr(args, k) for k in (
+        "data", "schema", "dataset", "out", "release_key", "epsilon", "unit", "id_field",
+        "max_contributions", "lifetime_ledger", "lifetime_epsilon", "invalid_rows")}
+    cfg = load_config(args.config, overrides).check()
+    console = Console(stderr=True, highlight=False)
+    result = run_release(cfg, console)
+    ledger = result.doc["ledger"]
+    t = Table(title="privacy ledger")
+    for col in ("mechanism id", "mechanism", "scale", "epsilon"):
+        t.add_column(col)
+    for e in ledger["entries"]:
+        t.add_row(e["id"], e["mechanism"], f"{e['scale']:.3g}", f"{e['epsilon']:.4g}")
+    t.add_row("total", "", "", f"{ledger['total_epsilon']:.4g}")
+    Console(highlight=False).print(t)
+    return 0
+
 
 COMMAND = Command(
     name="release",
     help="(enclave) read private rows once and write the signed DP artifact",
-    description="Not built yet: OpenDP noisy counts and SelPE selection (issues #4, #5).",
-    add_arguments=no_arguments,
-    run=not_available("release", "the release stage (OpenDP noisy counts)", 4),
+    description="Read the private rows once and release, with OpenDP mechanisms only, noisy "
+                "counts (class balance, class-conditional histograms over public bins, cohorts, "
+                "conditional rates) into a signed release.json. Refuses to exceed the "
+                "dataset's lifetime budget; the refusal happens before any row is read.",
+    add_arguments=_add_arguments,
+    run=_run,
 )

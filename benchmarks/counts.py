@@ -1,0 +1,104 @@
+"""Cost of the OpenDP noisy-count release next to a plain polars group_by of the same counts.
+
+    python -m benchmarks.counts [--rows 1000000] [--repeats 3] [--quick]
+
+Both sides compute the same workload (class balance, one class-conditional histogram per
+field over its public bins, joined onto every public key) from the same derived frame.
+Each side runs in its own child process so its peak memory (VmHWM) is its own; times
+are medians over repeats. Rows are the demo generator's, tiled to the requested size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from release.config import ReleaseConfig
+from release.counts import derive_frame, plan_queries
+from release.opendp_mechanisms import PrivacyUnit, release_counts
+from selpe_audit.demo_data import generate_rows
+from selpe_audit.schema import demo_schema_path, load_schema
+
+CACHE = Path(__file__).parent / ".cache"
+
+
+def _frame(rows: int) -> pl.LazyFrame:
+    schema = load_schema(demo_schema_path())
+    cfg = ReleaseConfig(dataset="bench", data=Path("-"), schema=demo_schema_path(),
+                        out=Path("-"), release_key=Path("-"))
+    CACHE.mkdir(exist_ok=True)
+    path = CACHE / f"derived_{rows}.parquet"
+    if not path.exists():
+        base = generate_rows(min(rows, 100_000), seed=7)
+        frame = derive_frame(base, schema, cfg, None).collect()
+        reps = -(-rows // frame.height)
+        pl.concat([frame] * reps).head(rows).write_parquet(path)
+    return pl.scan_parquet(path)
+
+
+def _peak_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _run(side: str, rows: int, repeats: int, out: Any) -> None:
+    schema = load_schema(demo_schema_path())
+    cfg = ReleaseConfig(dataset="bench", data=Path("-"), schema=demo_schema_path(),
+                        out=Path("-"), release_key=Path("-"))
+    queries = plan_queries(schema, cfg)
+    frame = _frame(rows).collect().lazy()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        if side == "opendp":
+            release_counts(frame, PrivacyUnit(), queries)
+        else:
+            for q in queries:
+                (frame.group_by(list(q.by)).len()
+                 .join(q.keys.lazy(), on=list(q.by), how="right").collect())
+        times.append(time.perf_counter() - t0)
+    out.put({"side": side, "median_s": statistics.median(times), "peak_mib": _peak_mib(),
+             "queries": len(queries)})
+
+
+def run(rows: int = 1_000_000, repeats: int = 3) -> dict[str, Any]:
+    _frame(rows)  # build the cached input once, outside the measured children
+    ctx = mp.get_context("spawn")
+    results = {}
+    for side in ("polars", "opendp"):
+        q = ctx.Queue()
+        p = ctx.Process(target=_run, args=(side, rows, repeats, q))
+        p.start()
+        results[side] = q.get()
+        p.join()
+    ratio = results["opendp"]["median_s"] / results["polars"]["median_s"]
+    return {"rows": rows, "repeats": repeats, "queries": results["opendp"]["queries"],
+            "polars_s": results["polars"]["median_s"], "opendp_s": results["opendp"]["median_s"],
+            "time_ratio": ratio, "polars_peak_mib": results["polars"]["peak_mib"],
+            "opendp_peak_mib": results["opendp"]["peak_mib"], "target_ratio": 3.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="20,000 rows, 1 repeat (CI smoke)")
+    args = ap.parse_args()
+    rows, repeats = (20_000, 1) if args.quick else (args.rows, args.repeats)
+    r = run(rows, repeats)
+    print(json.dumps(r, indent=2))
+    print(f"OpenDP / polars time ratio: {r['time_ratio']:.2f}x (target <= 3x) at {rows:,} rows; "
+          f"peak memory {r['opendp_peak_mib']:.0f} MiB vs {r['polars_peak_mib']:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""Release configuration: a TOML file plus CLI overrides, checked on construction.
+
+Example (``examples/release.toml``)::
+
+    dataset = "ed_triage_demo"
+    data = "selpe_audit/data/ed_triage_sample.csv"
+    schema = "selpe_audit/data/ed_triage.schema.json"
+    out = "out/release"
+    release_key = "keys/release.pem"
+
+    [budget]
+    epsilon = 2.0          # total for this release
+    delta = 0.0
+    counts = 0.5           # shares of epsilon; they must sum to 1
+    selection = 0.5
+    lifetime_epsilon = 10.0
+    lifetime_ledger = "enclave/ledger"   # a folder; one ledger file per dataset
+
+    [privacy_unit]
+    unit = "person"        # or "row"
+    id_field = "patient_id"
+    max_contributions = 2
+
+    [counts]
+    gamma = 0.2            # share of the counts budget for cohort counts
+    alpha = 0.2            # share for conditional rates
+    n_min = 10             # suppress a rate whose noisy cell size is below this
+
+    [[cohorts]]
+    name = "older, by ambulance"
+    where = { age = [65, 105], arrival_mode = ["ambulance", "helicopter"] }
+
+    [[rates]]
+    name = "admission by arrival mode"
+    outcome = { field = "disposition", values = ["admitted-ward", "admitted-icu"] }
+    cells = ["arrival_mode"]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from selpe_audit.errors import UserError
+from selpe_audit.schema import Schema
+
+DEFAULT_EPSILON = 2.0
+DEFAULT_LIFETIME_EPSILON = 10.0
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """A public rule: numeric fields by closed [lo, hi] ranges, categorical by value sets."""
+
+    name: str
+    where: dict[str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class RateSpec:
+    """A binary outcome (field in values) and the public cells its rate is measured in."""
+
+    name: str
+    outcome_field: str
+    outcome_values: tuple[Any, ...]
+    cells: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    dataset: str
+    data: Path
+    schema: Path
+    out: Path
+    release_key: Path
+    epsilon: float = DEFAULT_EPSILON
+    delta: float = 0.0
+    counts_share: float = 1.0
+    selection_share: float = 0.0
+    lifetime_epsilon: float = DEFAULT_LIFETIME_EPSILON
+    lifetime_ledger: Path = Path("enclave/ledger")
+    unit: str = "row"
+    id_field: str | None = None
+    max_contributions: int = 1
+    gamma: float = 0.2
+    alpha: float = 0.2
+    n_min: int = 10
+    invalid_rows: str = "fail"
+    cohorts: tuple[Cohort, ...] = ()
+    rates: tuple[RateSpec, ...] = ()
+    selection: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def counts_epsilon(self) -> float:
+        return self.epsilon * self.counts_share
+
+    @property
+    def selection_epsilon(self) -> float:
+        return self.epsilon * self.selection_share
+
+    def check(self, schema: Schema | None = None) -> ReleaseConfig:
+        """Raise a one-line `UserError` for anything invalid; return self for chaining."""
+        if not self.dataset.strip():
+            raise UserError("config: dataset must be a non-empty name")
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise UserError("config: budget.epsilon must be a finite number > 0")
+        if not 0 <= self.delta < 1:
+            raise UserError("config: budget.delta must be in [0, 1)")
+        if self.delta > 0:
+            raise UserError("config: budget.delta > 0 is not supported by the pure-DP "
+                            "mechanisms of this release; set delta = 0")
+        shares = (self.counts_share, self.selection_share)
+        if any(s < 0 for s in shares) or not math.isclose(sum(shares), 1.0, abs_tol=1e-9):
+            raise UserError("config: budget.counts + budget.selection must sum to 1 "
+                            f"(got {self.counts_share} + {self.selection_share})")
+        if not (math.isfinite(self.lifetime_epsilon) and self.lifetime_epsilon > 0):
+            raise UserError("config: budget.lifetime_epsilon must be a finite number > 0")
+        if self.epsilon > self.lifetime_epsilon:
+            raise UserError(f"config: budget.epsilon {self.epsilon} exceeds the lifetime "
+                            f"budget {self.lifetime_epsilon}")
+        if self.unit not in ("row", "person"):
+            raise UserError("config: privacy_unit.unit must be 'row' or 'person'")
+        if self.max_contributions < 1:
+            raise UserError("config: privacy_unit.max_contributions must be >= 1")
+        if self.unit == "row" and self.max_contributions != 1:
+            raise UserError("config: max_contributions applies to unit = 'person' only")
+        if not (0 <= self.gamma < 1 and 0 <= self.alpha < 1 and self.gamma + self.alpha < 1):
+            raise UserError("config: counts.gamma and counts.alpha must be >= 0 with "
+                            "gamma + alpha < 1 (the rest is for histograms)")
+        if self.n_min < 0:
+            raise UserError("config: counts.n_min must be >= 0")
+        if self.invalid_rows not in ("fail", "drop"):
+            raise UserError("config: invalid_rows must be 'fail' or 'drop'")
+        names = [c.name for c in self.cohorts]
+        if len(set(names)) != len(names):
+            raise UserError("config: cohort names must be unique")
+        if schema is not None:
+            self._check_against(schema)
+        return self
+
+    def _check_against(self, schema: Schema) -> None:
+        known = set(schema.field_names)
+        if self.unit == "person":
+            idf = self.id_field or schema.id_field
+            if idf is None:
+                raise UserError("config: unit = 'person' needs privacy_unit.id_field (or "
+                                "x-id in the schema)")
+            if idf not in known:
+                raise UserError(f"config: privacy_unit.id_field names unknown field '{idf}'")
+        for c in self.cohorts:
+            for name, rule in c.where.items():
+                _check_rule(schema, f"cohort '{c.name}'", name, rule, known)
+        for a, b in itertools.combinations(self.cohorts, 2):
+            if _overlap(schema, a, b):
+                raise UserError(f"config: cohorts '{a.name}' and '{b.name}' overlap; cohorts "
+                                "must be disjoint so their counts compose in parallel")
+        for r in self.rates:
+            where = f"rate '{r.name}'"
+            if r.outcome_field not in known:
+                raise UserError(f"config: {where} outcome names unknown field '{r.outcome_field}'")
+            f = schema.field(r.outcome_field)
+            if f.kind != "categorical" or not set(r.outcome_values) <= set(f.enum):
+                raise UserError(f"config: {where} outcome must be values of a categorical field")
+            for c in r.cells:
+                if c not in known:
+                    raise UserError(f"config: {where} cells name unknown field '{c}'")
+                if schema.field(c).kind not in ("categorical", "numeric"):
+                    raise UserError(f"config: {where} cells must be categorical or numeric "
+                                    f"fields ('{c}' is not)")
+
+
+def _check_rule(schema: Schema, where: str, name: str, rule: tuple, known: set[str]) -> None:
+    if name not in known:
+        raise UserError(f"config: {where} uses unknown field '{name}'")
+    f = schema.field(name)
+    if f.kind == "numeric":
+        if len(rule) != 2 or not all(isinstance(x, int | float) for x in rule) or rule[0] > rule[1]:
+            raise UserError(f"config: {where}: '{name}' needs a range [low, high]")
+    elif f.kind == "categorical":
+        if not rule or not set(rule) <= set(f.enum):
+            raise UserError(f"config: {where}: '{name}' must list values from its enum")
+    else:
+        raise UserError(f"config: {where}: '{name}' is free text or an id; cohorts use "
+                        "numeric or categorical fields")
+
+
+def _overlap(schema: Schema, a: Cohort, b: Cohort) -> bool:
+    """Two boxes over the public domain overlap unless some shared field separates them."""
+    for name in set(a.where) & set(b.where):
+        ra, rb = a.where[name], b.where[name]
+        if schema.field(name).kind == "numeric":
+            lo, hi = max(ra[0], rb[0]), min(ra[1], rb[1])
+            if schema.field(name).is_integer:
+                lo = math.ceil(lo)
+            if lo > hi:
+                return False
+        elif not set(ra) & set(rb):
+            return False
+    return True
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseConfig:
+    """TOML (optional) first, then non-None CLI overrides; relative paths are kept as given."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{p}: config file not found") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{p}: not valid TOML ({e})") from None
+    flat = _flatten(raw, str(path or "config"))
+    flat.update({k: v for k, v in overrides.items() if v is not None})
+    for needed in ("data", "schema"):
+        if needed not in flat:
+            raise UserError(f"config: '{needed}' is required (in the TOML file or as --{needed})")
+    flat.setdefault("dataset", Path(flat["data"]).stem)
+    flat.setdefault("out", "out/release")
+    if "release_key" not in flat:
+        raise UserError("config: 'release_key' is required (TOML release_key or --key); make "
+                        "one with 'selpe-audit keygen keys/release.pem'")
+    for k in ("data", "schema", "out", "release_key", "lifetime_ledger"):
+        if k in flat:
+            flat[k] = Path(flat[k])
+    try:
+        cfg = ReleaseConfig(**flat)
+    except TypeError as e:
+        raise UserError(f"config: {e}") from None
+    return replace(cfg)
+
+
+_SECTIONS = {
+    "budget": {"epsilon": "epsilon", "delta": "delta", "counts": "counts_share",
+               "selection": "selection_share", "lifetime_epsilon": "lifetime_epsilon",
+               "lifetime_ledger": "lifetime_ledger"},
+    "privacy_unit": {"unit": "unit", "id_field": "id_field",
+                     "max_contributions": "max_contributions"},
+    "counts": {"gamma": "gamma", "alpha": "alpha", "n_min": "n_min"},
+}
+_TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows"}
+
+
+def _flatten(raw: dict[str, Any], src: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _TOP:
+            flat[key] = value
+        elif key in _SECTIONS and isinstance(value, dict):
+            for k, v in value.items():
+                if k not in _SECTIONS[key]:
+                    raise UserError(f"{src}: unknown setting '{key}.{k}'; known: "
+                                    f"{sorted(_SECTIONS[key])}")
+                flat[_SECTIONS[key][k]] = v
+        elif key == "cohorts" and isinstance(value, list):
+            flat["cohorts"] = tuple(_cohort(c, src) for c in value)
+        elif key == "rates" and isinstance(value, list):
+            flat["rates"] = tuple(_rate(r, src) for r in value)
+        elif key == "selection" and isinstance(value, dict):
+            flat["selection"] = dict(value)
+        else:
+            raise UserError(f"{src}: unknown setting '{key}'")
+    return flat
+
+
+def _cohort(c: Any, src: str) -> Cohort:
+    if not isinstance(c, dict) or "name" not in c or not isinstance(c.get("where"), dict):
+        raise UserError(f"{src}: each [[cohorts]] needs a name and a where table")
+    where = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in c["where"].items()}
+    return Cohort(str(c["name"]), where)
+
+
+def _rate(r: Any, src: str) -> RateSpec:
+    try:
+        out = r["outcome"]
+        return RateSpec(str(r["name"]), str(out["field"]), tuple(out["values"]),
+                        tuple(r["cells"]))
+    except (KeyError, TypeError):
+        raise UserError(f"{src}: each [[rates]] needs name, outcome = {{ field, values }} "
+                        "and cells = [fields]") from None

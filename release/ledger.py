@@ -1,0 +1,131 @@
+"""The privacy ledger of one release, and the lifetime ledger of a dataset.
+
+The lifetime ledger is a JSON file per dataset inside the enclave. A release reserves its
+epsilon under an exclusive file lock *before* reading any private row, so two releases
+started at once cannot both pass the check. A reservation is finalised as ``released`` or,
+when the release stopped before any DP mechanism ran, ``aborted`` (its epsilon is given
+back). A crash leaves ``reserved``, which keeps counting: the conservative choice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from selpe_audit.canonical import atomic_write_bytes
+from selpe_audit.errors import UserError
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One mechanism's accounting, as OpenDP reports it."""
+
+    id: str
+    mechanism: str
+    constructor: str
+    scale: float
+    epsilon: float
+    delta: float
+    scope: str
+    composition: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: str) -> dict:
+    return {"entries": [e.to_json() for e in entries], "total_epsilon": total_epsilon,
+            "total_delta": 0.0, "accountant": accountant}
+
+
+def _safe_name(dataset: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", dataset) or "dataset"
+
+
+class LifetimeLedger:
+    """Per-dataset record of every release's epsilon, guarded by an exclusive lock."""
+
+    def __init__(self, folder: Path, dataset: str, lifetime_epsilon: float) -> None:
+        self.path = Path(folder) / f"{_safe_name(dataset)}.ledger.json"
+        self.lock_path = self.path.with_suffix(".lock")
+        self.dataset = dataset
+        self.lifetime_epsilon = lifetime_epsilon
+
+    @contextmanager
+    def _locked(self, timeout_s: float = 60.0) -> Iterator[None]:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as e:
+            raise UserError(f"{self.path.parent}: cannot use the lifetime ledger folder "
+                            f"({e.strerror})") from None
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise UserError(f"{self.lock_path}: another release holds the lifetime "
+                                        "ledger lock; wait for it to finish") from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)
+
+    def _read(self) -> dict[str, Any]:
+        if not self.path.exists():
+            return {"dataset": self.dataset, "releases": []}
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            assert isinstance(doc.get("releases"), list)
+        except (json.JSONDecodeError, AssertionError, UnicodeDecodeError):
+            raise UserError(f"{self.path}: lifetime ledger is corrupt; restore it from backup "
+                            "(it must never be deleted to make room for a release)") from None
+        return doc
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        atomic_write_bytes(self.path, (json.dumps(doc, indent=2, sort_keys=True) + "\n")
+                           .encode("utf-8"), mode=0o600)
+
+    def spent(self) -> float:
+        doc = self._read()
+        return sum(r["epsilon"] for r in doc["releases"] if r["status"] != "aborted")
+
+    def reserve(self, epsilon: float, note: str = "") -> str:
+        """Reserve epsilon for a new release, or refuse if the lifetime budget would be exceeded."""
+        with self._locked():
+            doc = self._read()
+            spent = sum(r["epsilon"] for r in doc["releases"] if r["status"] != "aborted")
+            if spent + epsilon > self.lifetime_epsilon + 1e-12:
+                raise UserError(
+                    f"lifetime budget for dataset '{self.dataset}' would be exceeded: "
+                    f"{spent:g} spent + {epsilon:g} requested > {self.lifetime_epsilon:g} "
+                    f"(ledger {self.path}); no data was read")
+            rid = uuid.uuid4().hex[:12]
+            doc["releases"].append({"id": rid, "epsilon": epsilon, "status": "reserved",
+                                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                    "note": note})
+            doc["lifetime_epsilon"] = self.lifetime_epsilon
+            self._write(doc)
+            return rid
+
+    def finish(self, rid: str, status: str, epsilon: float | None = None) -> None:
+        with self._locked():
+            doc = self._read()
+            for r in doc["releases"]:
+                if r["id"] == rid:
+                    r["status"] = status
+                    if epsilon is not None:
+                        r["epsilon"] = epsilon
+            self._write(doc)

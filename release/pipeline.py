@@ -1,0 +1,132 @@
+"""The release, step by step: check, reserve budget, read once, measure, write, sign.
+
+Only DP outputs (and post-processing of them) go into the artifact. The console shows
+progress and the invalid-row report (row numbers and reasons only); neither is shipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from release.config import ReleaseConfig
+from release.counts import counts_section, derive_frame, plan_queries
+from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
+from release.opendp_mechanisms import PrivacyUnit, release_counts
+from release.private_data import PrivateTable, read_private_rows
+from selpe_audit.artifact import FORMAT, FORMAT_VERSION, tool_versions, write_release
+from selpe_audit.errors import UserError
+from selpe_audit.guarantees import derived_guarantees
+from selpe_audit.schema import Schema, load_schema
+from selpe_audit.signing import key_id, load_private_key
+
+ACCOUNTANT = ("OpenDP: a Context compositor over the count queries (sequential composition), "
+              "each query's epsilon from its privacy map")
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    path: Path
+    doc: dict[str, Any]
+    dropped_rows: int
+
+
+def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseResult:
+    con = console or Console(stderr=True, highlight=False)
+    schema = load_schema(cfg.schema)
+    cfg.check(schema)
+    key = load_private_key(cfg.release_key)
+    _check_writable(cfg.out)
+    unit = _unit(cfg, schema)
+
+    ledger = LifetimeLedger(cfg.lifetime_ledger, cfg.dataset, cfg.lifetime_epsilon)
+    planned = cfg.counts_epsilon  # the selection share joins once selection rounds exist
+    rid = ledger.reserve(planned, note=f"release to {cfg.out}")
+    con.print(f"[bold]release[/] {cfg.dataset}: epsilon {planned:g} reserved in the lifetime "
+              f"ledger ({ledger.spent():g} of {cfg.lifetime_epsilon:g} now committed)")
+    try:
+        t0 = time.perf_counter()
+        with con.status("reading private rows (once)"):
+            table = read_private_rows(cfg.data, schema, invalid=cfg.invalid_rows)
+        _report_table(con, cfg, table)
+    except BaseException:
+        ledger.finish(rid, "aborted")
+        raise
+    # From here on DP mechanisms run: the reservation stands whatever happens.
+    with con.status("noisy counts (OpenDP)"):
+        frame = derive_frame(table.priv_rows, schema, cfg, unit.id_field)
+        del table
+        counts = release_counts(frame, unit, plan_queries(schema, cfg))
+    entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0, r.scope,
+                           r.composition) for r in counts.results]
+    total = counts.total_epsilon
+    if total > cfg.epsilon + 1e-9:
+        raise RuntimeError("OpenDP accounting exceeds the configured budget")
+    doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
+                         counts_section(schema, cfg, counts))
+    path = write_release(cfg.out, doc, cfg.release_key)
+    ledger.finish(rid, "released", epsilon=total)
+    con.print(f"wrote and signed {path} in {time.perf_counter() - t0:.1f} s; "
+              f"epsilon spent {total:g} of {cfg.epsilon:g}")
+    return ReleaseResult(path, doc, 0)
+
+
+def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
+                   entries: list[LedgerEntry], total: float, counts: dict[str, Any],
+                   selection: dict[str, Any] | None = None) -> dict[str, Any]:
+    unit: dict[str, Any] = {"unit": cfg.unit}
+    if cfg.unit == "person":
+        unit.update(id_field=cfg.id_field or schema.id_field,
+                    max_contributions=cfg.max_contributions,
+                    bounding="OpenDP truncate_per_group: a random sample of each person's rows")
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tool": tool_versions(),
+        "dataset": cfg.dataset,
+        "schema": schema.public_json(),
+        "schema_sha256": schema.sha256(),
+        "privacy_unit": unit,
+        "release_key_id": release_key_id,
+        "budget": {"epsilon": cfg.epsilon, "delta": cfg.delta,
+                   "split": {"counts": cfg.counts_share, "selection": cfg.selection_share},
+                   "counts": {"gamma": cfg.gamma if cfg.cohorts else 0.0,
+                              "alpha": cfg.alpha if cfg.rates else 0.0, "n_min": cfg.n_min},
+                   "lifetime_epsilon": cfg.lifetime_epsilon},
+        "ledger": ledger_block(entries, total, ACCOUNTANT),
+        "guarantees": derived_guarantees(total, 0.0),
+        "counts": counts,
+        "selection": selection,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _unit(cfg: ReleaseConfig, schema: Schema) -> PrivacyUnit:
+    if cfg.unit == "row":
+        return PrivacyUnit()
+    return PrivacyUnit(cfg.id_field or schema.id_field, cfg.max_contributions)
+
+
+def _check_writable(out: Path) -> None:
+    probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"{out}: output folder is not writable")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a folder")
+
+
+def _report_table(con: Console, cfg: ReleaseConfig, table: PrivateTable) -> None:
+    """Enclave console only: counts of invalid rows are private and never shipped."""
+    if table.ignored_columns:
+        con.print(f"ignored {len(table.ignored_columns)} column(s) not in the schema: "
+                  f"{', '.join(table.ignored_columns)}")
+    if table.dropped_rows:
+        con.print(f"[yellow]dropped {table.dropped_rows} invalid row(s) "
+                  "(--invalid-rows drop); first problems:[/]")
+        for p in table.problems[:10]:
+            con.print(f"  {cfg.data}: row {p.row}, field '{p.field}': {p.reason}")

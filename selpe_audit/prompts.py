@@ -1,0 +1,144 @@
+"""Every prompt text the generator sends to the model, in one place.
+
+Prompts are plain completions, not chat turns: the default model (Gemma 3 270M) is a base
+model with no chat template, and it continues a few-shot list far more reliably than it
+follows instructions. The artifact and decode provenance record `templates_digest()`, so any
+wording change is visible.
+
+- Stage I (latent context): from positive examples (this class), contrastive negatives
+  ("unlike these") and optional public hints, write one new record as a short line of text
+  in the schema's lexicalization (``age in years: 44; sex: female; ...``).
+- Stage II (realization): a few-shot list of description -> record pairs; the new line is
+  transcribed into one JSON record under the schema's grammar.
+- Single stage (ablation): the few-shot list of JSON records; the model writes the next one.
+
+Only public inputs go into a prompt: the schema, DP-selected or synthetic records, and hints
+derived from released (noisy) numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from selpe_audit.grammar import render_record
+from selpe_audit.schema import Field, Schema
+
+TEMPLATES: dict[str, str] = {
+    "header": "Fictional {dataset} records (synthetic examples, not real people).\n",
+    "fields": "Fields: {fields}.\n",
+    "field_numeric": "{description} ({low} to {high})",
+    "field_categorical": "{description} ({values})",
+    "field_text": "{description} (free text)",
+    "class": "Every record below has {label}: {value}.\n",
+    "hints": "Typical values: {hints}.\n",
+    "hint_item": "{name}: {text}",
+    "negatives": "Unlike these other records:\n{items}",
+    "negative_item": "- {text}\n",
+    "positives": "Records like these:\n{items}",
+    "positive_item": "- {text}\n",
+    "stage1_open": "- ",
+    "stage2_intro": "Each description is written as one JSON record.\n",
+    "stage2_pair": "Description: {description}\nRecord: {record}\n",
+    "stage2_open": "Description: {description}\nRecord:",
+    "single_item": "Record: {record}\n",
+    "single_open": "Record:",
+}
+
+# Separators inside lists of fields or hints; part of the wording, so part of the digest.
+_SEPARATORS = {"list": "; ", "values": ", "}
+
+
+def templates_digest() -> str:
+    """SHA-256 of every template (canonical JSON), for the artifact and provenance."""
+    blob = json.dumps({"templates": TEMPLATES, "separators": _SEPARATORS},
+                      sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# ----- shared pieces ---------------------------------------------------------------------
+
+def _fmt_bound(x: float | None) -> str:
+    if x is None:
+        return "?"
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _field_guide(f: Field) -> str:
+    if f.kind == "categorical":
+        values = _SEPARATORS["values"].join(str(v) for v in f.enum)
+        return TEMPLATES["field_categorical"].format(description=f.description, values=values)
+    if f.kind == "numeric":
+        return TEMPLATES["field_numeric"].format(description=f.description,
+                                                 low=_fmt_bound(f.minimum),
+                                                 high=_fmt_bound(f.maximum))
+    return TEMPLATES["field_text"].format(description=f.description)
+
+
+def header(schema: Schema, class_value: Any = None,
+           hints: Mapping[str, str] | None = None) -> str:
+    """Dataset line, field guide, the class (if fixed) and public hints."""
+    fields = _SEPARATORS["list"].join(_field_guide(f) for f in schema.record_fields)
+    out = TEMPLATES["header"].format(dataset=schema.name) + TEMPLATES["fields"].format(
+        fields=fields)
+    if class_value is not None:
+        out += TEMPLATES["class"].format(label=schema.label_field.description, value=class_value)
+    if hints:
+        names = {f.name: f.description for f in schema.record_fields}
+        items = [TEMPLATES["hint_item"].format(name=names.get(k, k), text=v)
+                 for k, v in hints.items()]
+        out += TEMPLATES["hints"].format(hints=_SEPARATORS["list"].join(items))
+    return out
+
+
+def describe(record: Mapping[str, Any], schema: Schema) -> str:
+    """A record as Stage I text: the schema's lexicalization on one line."""
+    return " ".join(schema.linearize(dict(record)).split())
+
+
+def _block(key: str, item_key: str, texts: Sequence[str]) -> str:
+    if not texts:
+        return ""
+    items = "".join(TEMPLATES[item_key].format(text=t) for t in texts)
+    return TEMPLATES[key].format(items=items)
+
+
+# ----- the three prompts -----------------------------------------------------------------
+
+def stage1_prompt(schema: Schema, *, class_value: Any, positives: Sequence[Mapping[str, Any]],
+                  negatives: Sequence[Mapping[str, Any]],
+                  hints: Mapping[str, str] | None = None) -> str:
+    """Stage I: ends where the model writes one new description (stop at end of line)."""
+    pos = "".join(TEMPLATES["positive_item"].format(text=describe(r, schema)) for r in positives)
+    return (header(schema, class_value, hints)
+            + _block("negatives", "negative_item", [describe(r, schema) for r in negatives])
+            + TEMPLATES["positives"].format(items=pos) + TEMPLATES["stage1_open"])
+
+
+def stage2_prefix(schema: Schema, *, positives: Sequence[Mapping[str, Any]]) -> str:
+    """Stage II's shared part: description -> record pairs (ends with a newline)."""
+    pairs = "".join(TEMPLATES["stage2_pair"].format(description=describe(r, schema),
+                                                    record=render_record(dict(r), schema))
+                    for r in positives)
+    return header(schema) + TEMPLATES["stage2_intro"] + pairs
+
+
+def stage2_suffix(context: str) -> str:
+    """Stage II's per-record part: the latent context, then the record is generated."""
+    return TEMPLATES["stage2_open"].format(description=" ".join(context.split()))
+
+
+def single_stage_prompt(schema: Schema, *, class_value: Any,
+                        positives: Sequence[Mapping[str, Any]],
+                        negatives: Sequence[Mapping[str, Any]],
+                        hints: Mapping[str, str] | None = None) -> str:
+    """Single stage (ablation): JSON examples, then the model writes the next record."""
+    def items(rs: Sequence[Mapping[str, Any]]) -> list[str]:
+        return [render_record(dict(r), schema) for r in rs]
+
+    neg = _block("negatives", "negative_item", items(negatives))
+    pos = "".join(TEMPLATES["single_item"].format(record=t) for t in items(positives))
+    return (header(schema, class_value, hints) + neg + TEMPLATES["positives"].format(items=pos)
+            + TEMPLATES["single_open"])

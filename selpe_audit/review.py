@@ -1,0 +1,319 @@
+"""What a reviewer needs to see about an artifact, before anyone trusts it.
+
+`review` and `approve` show ``release.json`` *before* verifying it (a reviewer must be able
+to look at an artifact signed by a key they do not hold yet), so this module never treats
+the document as trusted: signature status is reported per key next to it, and every check
+here only *flags* things - high epsilon, noisy counts dominated by noise or below the
+floor, exemplar text that looks like personal data - for a human to judge.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+
+from selpe_audit.artifact import RELEASE_FILE
+from selpe_audit.signing import SIGNATURES_DIR, key_id, load_public_key
+
+EPSILON_HIGH = 4.0  # above this the guarantees are weak enough that a reviewer must decide
+DEFAULT_FLOOR = 10  # n_min when the artifact does not state one
+
+# Bidirectional-text controls can make a string display as something it is not.
+_BIDI = {0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+
+
+def display_text(value: Any) -> str:
+    """``str(value)`` with control and bidi characters shown as escapes, not obeyed.
+
+    Terminal escape sequences or right-to-left overrides in artifact text must not
+    rewrite what the reviewer sees.
+    """
+    out = []
+    for ch in str(value):
+        if ch in "\n\t" or (unicodedata.category(ch) != "Cc" and ord(ch) not in _BIDI):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+# ----- signatures ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SignatureStatus:
+    """One ``signatures/*.sig`` file and what the trusted keys say about it."""
+
+    key_id: str  # from the file name
+    is_release_key: bool
+    status: str  # "verified", "INVALID" (a trusted key's signature fails) or "unchecked"
+    verified_by: str | None = None  # id of the trusted key that verified it
+
+    @property
+    def detail(self) -> str:
+        """Plain words for the status, for both the terminal and the page."""
+        if self.status == "verified":
+            if self.verified_by != self.key_id:
+                return (f"verifies with trusted key {self.verified_by}, but the file is named "
+                        "for another key, so decode will not count it")
+            return "verifies with a trusted key"
+        if self.status == "INVALID":
+            return "does NOT verify: release.json changed after this key signed it"
+        return "not checked: no trusted key with this id was given (--trust)"
+
+
+def signature_statuses(artifact_dir: str | Path, trusted: list[str | Path],
+                       release_key_id: str | None) -> list[SignatureStatus]:
+    """Status of every signature file against every trusted public key.
+
+    A release-key signature that is missing altogether is reported as a warning by
+    `signature_warnings`, not here: this lists files that exist.
+    """
+    d = Path(artifact_dir)
+    data = (d / RELEASE_FILE).read_bytes()
+    keys = {key_id(k): k for k in (load_public_key(p) for p in trusted)}
+    out = []
+    for sig_path in sorted((d / SIGNATURES_DIR).glob("*.sig")):
+        kid, sig = sig_path.stem, sig_path.read_bytes()
+        candidates = ([kid] if kid in keys else []) + [k for k in keys if k != kid]
+        status, by = ("INVALID" if kid in keys else "unchecked"), None
+        for k in candidates:
+            try:
+                keys[k].verify(sig, data)
+            except InvalidSignature:
+                continue
+            status, by = "verified", k
+            break
+        out.append(SignatureStatus(kid, kid == release_key_id, status, by))
+    return out
+
+
+# ----- warnings ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReviewWarning:
+    """Something a reviewer must look at: which rule fired, where, and on what."""
+
+    kind: str  # "epsilon", "signature", "small counts", "personal data"
+    where: str
+    reason: str
+
+
+_NAME = r"[A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?"
+PERSONAL_DATA_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("title and name (Mr./Mrs./Dr. Xxx)",
+     re.compile(rf"\b(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof|Sr|Sra)\b\.?\s+{_NAME}")),
+    ("'name: Xxx Yyy'",
+     re.compile(rf"(?i:\b(?:full\s+|first\s+|last\s+|patient\s+)?name\b)\s*[:=]\s*{_NAME}"
+                rf"(?:\s+{_NAME})?")),
+    ("'patient Xxx Yyy' (a capitalised full name)",
+     re.compile(rf"(?i:\b(?:patient|pt|client|mother|father|wife|husband|son|daughter)\b)\s+"
+                rf"{_NAME}\s+{_NAME}")),
+    ("email address", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
+    ("date (d/m/y or y-m-d)",
+     re.compile(r"\b(?:\d{1,2}[/.-]\d{1,2}[/.-](?:\d{4}|\d{2})|\d{4}-\d{1,2}-\d{1,2})\b")),
+    ("date (month name)",
+     re.compile(r"(?i:\b(?:\d{1,2}(?:st|nd|rd|th)?\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep"
+                r"|sept|oct|nov|dec)[a-z]*\.?\s+(?:\d{1,2}(?:st|nd|rd|th)?,?\s+)?\d{4}\b)")),
+    ("medical record / MRN / id number",
+     re.compile(r"(?i:\b(?:mrn|medical\s+record(?:\s+(?:number|no))?|record\s+(?:number|no)"
+                r"|chart\s+(?:number|no)|patient\s+id|nhs\s+(?:number|no)|ssn)\b)\.?\s*[:#]?\s*"
+                r"[A-Za-z]{0,3}\d[\d-]{3,}")),
+    ("id-like token (letters then 5+ digits)", re.compile(r"\b[A-Z]{1,4}-?\d{5,}\b")),
+    ("national id number (ddd-dd-dddd)", re.compile(r"\b\d{3}-\d{2}-\d{4}\b")),
+    ("phone number", re.compile(r"(?<![\w.])\+?\(?\d[\d\s().-]{5,}\d(?![\w.])")),
+)
+_MIN_PHONE_DIGITS = 7
+
+
+def personal_data_hits(text: str) -> list[tuple[str, str]]:
+    """(pattern name, matched text): the first match of each pattern that fires on ``text``.
+
+    Patterns run most specific first; a match inside an earlier one (the digits of a date
+    read as a phone number) is not reported twice.
+    """
+    hits: list[tuple[str, str]] = []
+    for name, pattern in PERSONAL_DATA_PATTERNS:
+        for m in pattern.finditer(text):
+            found = m.group().strip()
+            if name == "phone number" and sum(c.isdigit() for c in found) < _MIN_PHONE_DIGITS:
+                continue
+            if not any(found in earlier for _, earlier in hits):
+                hits.append((name, found))
+            break
+    return hits
+
+
+def review_warnings(doc: dict[str, Any]) -> list[ReviewWarning]:
+    """Every warning for the document, in the order the page shows its sections."""
+    return [*_epsilon_warnings(doc), *_count_warnings(doc), *_exemplar_warnings(doc)]
+
+
+def signature_warnings(doc: dict[str, Any],
+                              statuses: list[SignatureStatus]) -> list[ReviewWarning]:
+    """A release with no signature by its own release key, or one that fails."""
+    rk = doc.get("release_key_id")
+    mine = [s for s in statuses if s.is_release_key]
+    if not mine:
+        return [ReviewWarning("signature", f"signatures/{rk}.sig",
+                              "no signature by the release key named in release.json")]
+    return [ReviewWarning("signature", f"signatures/{s.key_id}.sig", s.detail)
+            for s in statuses if s.status == "INVALID"]
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _epsilon_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
+    sources = (("ledger total", as_dict(doc.get("ledger")).get("total_epsilon")),
+               ("budget", as_dict(doc.get("budget")).get("epsilon")))
+    for where, value in sources:
+        eps = _num(value)
+        if eps is not None and eps > EPSILON_HIGH:
+            yield ReviewWarning("epsilon", where,
+                                f"epsilon {eps:g} is above {EPSILON_HIGH:g}: the membership "
+                                "and reconstruction bounds are close to vacuous")
+
+
+def count_floor(doc: dict[str, Any]) -> int:
+    """The floor n_min under which a noisy count is flagged (budget.counts.n_min)."""
+    n_min = _num(as_dict(as_dict(doc.get("budget")).get("counts")).get("n_min"))
+    return int(n_min) if n_min is not None else DEFAULT_FLOOR
+
+
+def noise_scales(doc: dict[str, Any]) -> dict[str, float]:
+    """Noise scale per mechanism id, from the ledger."""
+    out = {}
+    for e in as_list(as_dict(doc.get("ledger")).get("entries")):
+        scale = _num(as_dict(e).get("scale"))
+        if scale is not None and isinstance(e.get("id"), str):
+            out[e["id"]] = scale
+    return out
+
+
+def count_flag(value: Any, floor: int, scale: float | None) -> str | None:
+    """Why one noisy count needs a second look, or None."""
+    v = _num(value)
+    if v is None:
+        return None
+    if v < 0:
+        return "negative"
+    if v < floor:
+        return f"under the floor n_min = {floor}"
+    if scale is not None and v <= scale:
+        return f"within one noise scale ({scale:.3g}) of zero"
+    return None
+
+
+def count_series(doc: dict[str, Any]) -> Iterator[tuple[str, str | None, list[tuple[str, Any]]]]:
+    """Every released noisy count as (where, mechanism id, [(cell label, value)]) series."""
+    counts = as_dict(doc.get("counts"))
+    cb = as_dict(counts.get("class_balance"))
+    yield ("class balance", cb.get("mechanism_id"),
+           list(zip(_labels(cb.get("classes")), as_list(cb.get("dp_counts")), strict=False)))
+    for field, h in as_dict(counts.get("histograms")).items():
+        h = as_dict(h)
+        for cls, row in zip(class_labels(doc), as_list(h.get("dp_counts_by_class")), strict=False):
+            yield (f"histogram {field}, class {cls}", h.get("mechanism_id"),
+                   list(zip(_labels(h.get("keys")), as_list(row), strict=False)))
+    co = as_dict(counts.get("cohorts"))
+    for c in as_list(co.get("cohorts")):
+        c = as_dict(c)
+        yield (f"cohort {c.get('name')}", co.get("mechanism_id"),
+               [(f"class {k}", v) for k, v in zip(_labels(co.get("classes")),
+                                                   as_list(c.get("dp_counts_by_class")),
+                                                   strict=False)])
+    for r in as_list(counts.get("rates")):
+        r = as_dict(r)
+        cells = []
+        for c in as_list(r.get("cells")):
+            c = as_dict(c)
+            label = cell_label(c.get("cell"))
+            cells += [(f"{label} outcome", c.get("dp_n_outcome")),
+                      (f"{label} other", c.get("dp_n_other"))]
+        yield f"rate {r.get('name')}", r.get("mechanism_id"), cells
+
+
+def _count_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
+    floor, scales = count_floor(doc), noise_scales(doc)
+    for where, mid, cells in count_series(doc):
+        scale = scales.get(mid) if isinstance(mid, str) else None
+        flagged = [(k, v, f) for k, v in cells if (f := count_flag(v, floor, scale))]
+        if flagged:
+            yield ReviewWarning("small counts", where,
+                                f"{len(flagged)} of {len(cells)} noisy counts need a second "
+                                "look (noise dominates them): "
+                                + "; ".join(f"{k} = {v} ({f})" for k, v, f in flagged))
+
+
+def _exemplar_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
+    id_field = as_dict(doc.get("schema")).get("x-id")
+    for rnd, cls, role, i, record in exemplars(doc):
+        where = f"round {rnd}, class {cls}, {role} {i + 1}"
+        if isinstance(id_field, str) and id_field in record:
+            yield ReviewWarning("personal data", f"{where}, field {id_field}",
+                                f"carries the person-id field '{id_field}', which is never "
+                                "released")
+        for path, text in _strings(record):
+            for pattern, match in personal_data_hits(text):
+                yield ReviewWarning("personal data", f"{where}, field {path}",
+                                    f"looks like a {pattern}: '{match}'")
+
+
+def exemplars(doc: dict[str, Any]) -> Iterator[tuple[Any, Any, str, int, dict[str, Any]]]:
+    """(round, class, 'winner'|'partner', index, record) for every selected record."""
+    for rnd in as_list(as_dict(doc.get("selection")).get("rounds")):
+        rnd = as_dict(rnd)
+        for c in as_list(rnd.get("classes")):
+            c = as_dict(c)
+            for role, key in (("winner", "winners"), ("partner", "partners")):
+                for i, rec in enumerate(as_list(c.get(key))):
+                    yield rnd.get("round"), c.get("class"), role, i, as_dict(rec)
+
+
+def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every string inside a record, field names included, with its path."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            yield sub, str(k)
+            yield from _strings(v, sub)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+# ----- tolerant access (the page must render whatever extra keys a later format adds) -------
+
+def as_dict(x: Any) -> dict[str, Any]:
+    """``x`` if it is a JSON object, else an empty one."""
+    return x if isinstance(x, dict) else {}
+
+
+def as_list(x: Any) -> list[Any]:
+    """``x`` if it is a JSON array, else an empty one."""
+    return x if isinstance(x, list) else []
+
+
+def _labels(x: Any) -> list[str]:
+    return [str(v) for v in as_list(x)]
+
+
+def class_labels(doc: dict[str, Any]) -> list[str]:
+    """The class values in the order every per-class block lists them."""
+    return _labels(as_dict(as_dict(doc.get("counts")).get("class_balance")).get("classes"))
+
+
+def cell_label(cell: Any) -> str:
+    """``{"arrival_mode": "walk-in"}`` -> ``arrival_mode=walk-in``."""
+    if isinstance(cell, dict):
+        return ", ".join(f"{k}={v}" for k, v in cell.items())
+    return str(cell)

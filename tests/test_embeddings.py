@@ -1,0 +1,157 @@
+"""The embedder: unit float32 rows, in-memory dedupe cache and its stats, identity, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from selpe_audit.embeddings import (
+    DEFAULT_MODEL_NAME,
+    Embedder,
+    EmbedderStats,
+    default_model_path,
+    weights_sha256,
+)
+from selpe_audit.errors import UserError
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return Embedder()
+
+
+def fresh(prefix: str, k: int) -> list[str]:
+    """Texts no earlier test has encoded (the session embedder's cache is shared)."""
+    tag = uuid.uuid4().hex[:8]
+    return [f"{prefix} {tag} number {i}" for i in range(k)]
+
+
+# ----- with the real model -------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_rows_are_float32_unit_vectors_in_input_order(embedder):
+    texts = ["heart rate in beats per minute: 88", "sex: female", "chief complaint: cough"]
+    out = embedder.encode(texts)
+    assert out.shape == (3, embedder.dim) and out.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(embedder.encode(texts[::-1]), out[::-1])
+    assert embedder.encode([]).shape == (0, embedder.dim)
+
+
+@pytest.mark.slow
+def test_duplicates_and_repeats_are_encoded_once(embedder):
+    a, b = fresh("dedupe", 2)
+    before = embedder.stats
+    first = embedder.encode([a, b, a, a])
+    mid = embedder.stats
+    assert mid.calls - before.calls == 1
+    assert mid.texts_requested - before.texts_requested == 4
+    assert mid.unique_encoded - before.unique_encoded == 2
+    assert mid.cache_hits - before.cache_hits == 2
+    np.testing.assert_array_equal(first[0], first[2])
+    again = embedder.encode([b, a])
+    after = embedder.stats
+    assert after.unique_encoded == mid.unique_encoded  # served from the cache
+    assert after.cache_hits - mid.cache_hits == 2
+    np.testing.assert_array_equal(again, first[[1, 0]])
+    assert after.texts_requested == after.unique_encoded + after.cache_hits
+    assert set(after.to_json()) == {"calls", "texts_requested", "unique_encoded", "cache_hits",
+                                    "dedupe_ratio"}  # counts only: never texts
+
+
+@pytest.mark.slow
+def test_encoding_is_deterministic_across_instances_batches_and_cache_clears(embedder):
+    texts = [*fresh("determinism", 5), "oxygen saturation in percent: 97"]
+    together = embedder.encode(texts).copy()
+    embedder.clear_cache()
+    assert embedder.cache_size == 0
+    alone = np.concatenate([embedder.encode([t]) for t in texts])
+    np.testing.assert_allclose(alone, together, atol=1e-5)
+    other = Embedder(default_model_path(), device="cpu", batch_size=2)
+    np.testing.assert_allclose(other.encode(texts), together, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_similar_texts_are_closer_than_unrelated_ones(embedder):
+    v = embedder.encode(["chest pain", "pain in the chest", "sprained ankle"])
+    assert v[0] @ v[1] > v[0] @ v[2]
+
+
+@pytest.mark.slow
+def test_info_names_the_model_and_hashes_its_weights(embedder):
+    info = embedder.info
+    assert info.name == DEFAULT_MODEL_NAME and info.dim == 384 == embedder.dim
+    weights = default_model_path() / "model.safetensors"
+    assert info.weights_sha256 == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert info.to_json() == {"name": DEFAULT_MODEL_NAME, "dim": 384,
+                              "weights_sha256": info.weights_sha256}
+    assert embedder.device in ("cpu", "cuda")
+
+
+@pytest.mark.slow
+def test_encode_rejects_a_bare_string(embedder):
+    with pytest.raises(TypeError, match="list of strings"):
+        embedder.encode("sex: female")  # type: ignore[arg-type]
+
+
+# ----- without the model ---------------------------------------------------------------------
+
+def test_dedupe_ratio():
+    assert EmbedderStats(3, 10, 4, 6).dedupe_ratio == pytest.approx(2.5)
+    assert EmbedderStats(0, 0, 0, 0).dedupe_ratio == 1.0
+
+
+def _one_line(e: pytest.ExceptionInfo[UserError], path: Path) -> None:
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+
+
+def test_a_missing_model_folder_is_a_one_line_user_error(tmp_path):
+    for bad in (tmp_path / "nope", tmp_path / "file.bin"):
+        if bad.suffix:
+            bad.write_bytes(b"x")
+        with pytest.raises(UserError, match="not a directory") as e:
+            Embedder(bad)
+        _one_line(e, bad)
+
+
+def test_a_folder_that_is_not_a_model_is_a_one_line_user_error(tmp_path):
+    with pytest.raises(UserError, match="not a sentence-transformers model") as e:
+        Embedder(tmp_path)
+    _one_line(e, tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(UserError, match="no weights file") as e:
+        Embedder(tmp_path)
+    _one_line(e, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_corrupt_model_is_a_one_line_user_error(tmp_path):
+    src = default_model_path()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        (tmp_path / name).write_bytes((src / name).read_bytes())
+    (tmp_path / "model.safetensors").write_bytes(b"not really weights")
+    with pytest.raises(UserError, match="cannot load it") as e:
+        Embedder(tmp_path, device="cpu")
+    _one_line(e, tmp_path)
+
+
+def test_bad_batch_size_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="batch_size"):
+        Embedder(tmp_path, batch_size=0)
+
+
+def test_weights_hash_of_several_files_is_a_sha256sum_listing(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.safetensors").write_bytes(b"aaa")
+    (tmp_path / "sub" / "b.safetensors").write_bytes(b"bbb")
+    (tmp_path / "legacy.bin").write_bytes(b"ignored when safetensors exist")
+    listing = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n"
+                      for name, data in (("a.safetensors", b"aaa"), ("sub/b.safetensors", b"bbb")))
+    assert weights_sha256(tmp_path) == hashlib.sha256(listing.encode()).hexdigest()
+    (tmp_path / "sub" / "b.safetensors").unlink()
+    assert weights_sha256(tmp_path) == hashlib.sha256(b"aaa").hexdigest()

@@ -1,0 +1,232 @@
+"""Release part 1: OpenDP noisy counts, the ledger, person-level units, lifetime budget."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import DEMO_SAMPLE, good_row
+
+from release.config import Cohort, RateSpec, ReleaseConfig, load_config
+from release.counts import derive_frame, plan_queries
+from release.ledger import LifetimeLedger
+from release.opendp_mechanisms import PrivacyUnit, count_measurement, new_context
+from release.pipeline import run_release
+from selpe_audit.artifact import read_release
+from selpe_audit.errors import UserError
+from selpe_audit.schema import demo_schema_path
+from selpe_audit.signing import generate_keypair
+
+ROOT = Path(__file__).resolve().parents[1]
+CANARY_ID = "CNRYPID9"
+CANARY_TEXT = "canary zebra-quokka-7731 complaint"
+CANARY_TEMP = 39.87
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    return generate_keypair(d / "release.pem")
+
+
+def demo_config(tmp: Path, key: Path, **kw) -> ReleaseConfig:
+    base = load_config(ROOT / "examples" / "release.toml", {
+        "release_key": key, "out": tmp / "out", "lifetime_ledger": tmp / "ledger",
+        "schema": demo_schema_path()})
+    return replace(base, data=kw.pop("data", DEMO_SAMPLE), **kw)
+
+
+def _canary_data(tmp: Path) -> Path:
+    rows = pl.read_csv(DEMO_SAMPLE, infer_schema=False).to_dicts()
+    rows[5].update(patient_id=CANARY_ID, chief_complaint=CANARY_TEXT,
+                   temperature_c=str(CANARY_TEMP))
+    p = tmp / "canary.csv"
+    pl.DataFrame(rows).write_csv(p)
+    return p
+
+
+def test_demo_release_counts_are_complete_signed_and_accounted(tmp_path, keys, capfd):
+    priv, pub, _ = keys
+    cfg = demo_config(tmp_path, priv, data=_canary_data(tmp_path))
+    result = run_release(cfg)
+    rel = read_release(cfg.out, [pub])
+    doc = rel.doc
+    ledger = doc["ledger"]
+    total = sum(e["epsilon"] for e in ledger["entries"])
+    assert math.isclose(ledger["total_epsilon"], total, rel_tol=1e-9)
+    assert ledger["total_epsilon"] <= cfg.epsilon + 1e-9
+    assert math.isclose(ledger["total_epsilon"], cfg.counts_epsilon, rel_tol=1e-9)
+    # every public key is released, empty ones included
+    schema_classes = [1, 2, 3, 4, 5]
+    assert doc["counts"]["class_balance"]["classes"] == schema_classes
+    for name, h in doc["counts"]["histograms"].items():
+        assert len(h["dp_counts_by_class"]) == 5, name
+        assert all(len(row) == len(h["keys"]) for row in h["dp_counts_by_class"]), name
+    assert len(doc["counts"]["histograms"]["arrival_mode"]["keys"]) == 5
+    assert {c["name"] for c in doc["counts"]["cohorts"]["cohorts"]} == {
+        "children", "older adults by ambulance or helicopter", "(other)"}
+    assert len(doc["counts"]["rates"][0]["cells"]) == 5
+    # person-level: OpenDP scale doubles with two rows per person (k / eps)
+    hist = next(e for e in ledger["entries"] if e["id"] == "counts/histogram/age")
+    assert math.isclose(hist["scale"], 2 / hist["epsilon"], rel_tol=1e-6)
+    # the canary: nothing private in any output file or console output
+    out, err = capfd.readouterr()
+    blobs = [out, err] + [p.read_bytes().decode("utf-8", "replace")
+                          for p in cfg.out.rglob("*") if p.is_file()]
+    blobs += [p.read_text() for p in Path(cfg.lifetime_ledger).glob("*")]
+    for blob in blobs:
+        for canary in (CANARY_ID, "zebra-quokka", str(CANARY_TEMP)):
+            assert canary not in blob
+    assert result.path == cfg.out / "release.json"
+
+
+def test_row_unit_scale_and_openDP_map(tmp_path, keys):
+    priv, _, _ = keys
+    cfg = demo_config(tmp_path, priv, unit="row", max_contributions=1, cohorts=(), rates=())
+    doc = run_release(cfg).doc
+    for e in doc["ledger"]["entries"]:
+        assert math.isclose(e["scale"], 1 / e["epsilon"], rel_tol=1e-6)
+    assert "cohorts" not in doc["counts"] and "rates" not in doc["counts"]
+
+
+def test_empty_class_and_bins_are_released(tmp_path, keys):
+    priv, _, _ = keys
+    rows = [good_row(i) for i in range(30)]  # every row acuity 4, one age bin
+    p = tmp_path / "one_class.csv"
+    pl.DataFrame(rows).write_csv(p)
+    cfg = demo_config(tmp_path, priv, data=p, unit="row", max_contributions=1, cohorts=(),
+                      rates=())
+    doc = run_release(cfg).doc
+    assert len(doc["counts"]["class_balance"]["dp_counts"]) == 5
+    assert len(doc["counts"]["histograms"]["age"]["keys"]) == 6
+
+
+def test_noisy_counts_unbiased_with_ledger_variance(demo_schema):
+    """Repeat one OpenDP measurement; the noise has mean 0 and the discrete-Laplace variance
+    its reported scale implies."""
+    rows = pl.read_csv(DEMO_SAMPLE).to_dicts()
+    cfg = ReleaseConfig(dataset="t", data=DEMO_SAMPLE, schema=demo_schema_path(),
+                        out=Path("unused"), release_key=Path("unused"))
+    frame = derive_frame(rows, demo_schema, cfg, None)
+    query = next(q for q in plan_queries(demo_schema, cfg) if q.id == "counts/histogram/age")
+    exact = (frame.group_by(list(query.by)).len().collect())
+    truth = {tuple(r[:-1]): r[-1] for r in exact.iter_rows()}
+    eps = 0.5
+    ctx = new_context(frame, PrivacyUnit(), [eps])
+    m = count_measurement(ctx, PrivacyUnit(), replace(query, epsilon=eps))
+    assert math.isclose(m.map(1), eps, rel_tol=1e-9)
+    errors = []
+    for _ in range(60):
+        out = m(frame).collect()
+        for r in out.iter_rows(named=True):
+            key = (r[query.by[0]], r[query.by[1]])
+            errors.append(r["dp_count"] - truth.get(key, 0))
+    errors = np.asarray(errors, dtype=float)
+    scale = 1 / eps
+    q = math.exp(-1 / scale)
+    var = 2 * q / (1 - q) ** 2
+    se = math.sqrt(var / len(errors))
+    assert abs(errors.mean()) < 4.5 * se
+    assert 0.85 * var < errors.var() < 1.15 * var
+
+
+def _reserve(args):
+    folder, barrier = args
+    barrier.wait()
+    try:
+        LifetimeLedger(Path(folder), "ds", 3.0).reserve(2.0)
+        return "ok"
+    except UserError:
+        return "refused"
+
+
+def test_lifetime_budget_refusal_and_concurrency(tmp_path):
+    ledger = LifetimeLedger(tmp_path, "ds", 3.0)
+    rid = ledger.reserve(2.0)
+    with pytest.raises(UserError, match=r"lifetime budget .* would be exceeded"):
+        ledger.reserve(1.5)
+    ledger.finish(rid, "aborted")
+    assert ledger.spent() == 0
+    other = tmp_path / "concurrent"
+    with multiprocessing.Manager() as mgr:
+        barrier = mgr.Barrier(4)
+        with multiprocessing.Pool(4) as pool:
+            results = pool.map(_reserve, [(str(other), barrier)] * 4)
+    assert sorted(results) == ["ok", "refused", "refused", "refused"]
+
+
+def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
+    priv, _, _ = keys
+    bad_data = tmp_path / "bad.csv"
+    bad_data.write_bytes(b"\xff\xfe not even utf-8")
+    exe = str(Path(__import__("sys").executable).with_name("selpe-audit"))
+    cmd = [exe, "release", "--config", str(ROOT / "examples" / "release.toml"),
+           "--key", str(priv), "--out", str(tmp_path / "o"), "--data", str(bad_data),
+           "--schema", str(demo_schema_path()),
+           "--lifetime-ledger", str(tmp_path / "l"), "--lifetime-epsilon", "3"]
+    LifetimeLedger(tmp_path / "l", "ed_triage_demo", 3.0).reserve(2.0)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "would be exceeded" in r.stderr and "no data was read" in r.stderr
+    assert "UTF-8" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"epsilon": 0.0}, "epsilon must be a finite number > 0"),
+        ({"epsilon": -1.0}, "epsilon must be a finite number > 0"),
+        ({"counts_share": 0.7, "selection_share": 0.2}, "must sum to 1"),
+        ({"unit": "household"}, "'row' or 'person'"),
+        ({"id_field": "nope"}, "unknown field 'nope'"),
+        ({"cohorts": (Cohort("a", {"age": (0, 30)}), Cohort("b", {"age": (30, 40)}))},
+         "overlap"),
+        ({"cohorts": (Cohort("a", {"weight": (0, 30)}),)}, "unknown field 'weight'"),
+        ({"cohorts": (Cohort("a", {"sex": ("robot",)}),)}, "values from its enum"),
+        ({"rates": (RateSpec("r", "disposition", ("admitted-icu",), ("colour",)),)},
+         "unknown field 'colour'"),
+        ({"gamma": 0.6, "alpha": 0.5}, r"gamma \+ alpha < 1"),
+        ({"epsilon": 20.0}, "exceeds the lifetime budget"),
+        ({"delta": 1e-6}, "delta > 0 is not supported"),
+    ],
+)
+def test_bad_configs(tmp_path, keys, demo_schema, change, needle):
+    cfg = replace(demo_config(tmp_path, keys[0]), **change)
+    with pytest.raises(UserError, match=needle):
+        cfg.check(demo_schema)
+
+
+def test_disjoint_cohorts_pass(tmp_path, keys, demo_schema):
+    cfg = replace(demo_config(tmp_path, keys[0]),
+                  cohorts=(Cohort("a", {"age": (0, 29)}), Cohort("b", {"age": (30, 40)}),
+                           Cohort("c", {"age": (0, 29), "sex": ("male",)})))
+    with pytest.raises(UserError, match="'a' and 'c' overlap"):
+        cfg.check(demo_schema)
+    cfg = replace(cfg, cohorts=cfg.cohorts[:2])
+    cfg.check(demo_schema)
+
+
+def test_bad_toml(tmp_path):
+    p = tmp_path / "r.toml"
+    p.write_text('data = "x.csv"\nschema = "s.json"\n[budget]\nepsilom = 2\n')
+    with pytest.raises(UserError, match=r"unknown setting .budget\.epsilom."):
+        load_config(p, {})
+    p.write_text("data = \n")
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_config(p, {})
+
+
+def test_artifact_json_is_canonical(tmp_path, keys):
+    priv, _, _ = keys
+    cfg = demo_config(tmp_path, priv, cohorts=(), rates=())
+    path = run_release(cfg).path
+    raw = path.read_bytes()
+    assert raw == (json.dumps(json.loads(raw), sort_keys=True, ensure_ascii=False,
+                              separators=(",", ":")) + "\n").encode()
