@@ -21,6 +21,7 @@ from selpe_audit.schema import Field, Schema
 CLASS_COL = "__class"
 COHORT_COL = "__cohort"
 OUTCOME_COL = "__outcome"
+UNIT_COL = "__unit"
 OTHER_COHORT = "(other)"
 
 
@@ -33,46 +34,55 @@ def public_values(f: Field) -> list[str]:
     return [str(v) for v in f.enum] if f.kind == "categorical" else f.bin_labels()
 
 
+CODE = pl.UInt32  # keys travel as small integer codes: cheap to hand to OpenDP at 1M rows
+
+
 def key_expr(f: Field) -> pl.Expr:
-    """Row-by-row public key of a field's value (its category, or its numeric bin)."""
+    """Row-by-row public key of a field's value: the index of its category or numeric bin."""
     if f.kind == "categorical":
-        return pl.col(f.name).cast(pl.String)
-    labels = f.bin_labels()
-    inner = list(f.bins[1:-1])
+        return pl.col(f.name).replace_strict(list(f.enum), list(range(len(f.enum))),
+                                             return_dtype=CODE)
+    inner = f.bins[1:-1]
     if not inner:
-        return pl.lit(labels[0])
-    return pl.col(f.name).cut(inner, labels=labels, left_closed=True).cast(pl.String)
+        return pl.lit(0, dtype=CODE)
+    return pl.sum_horizontal([pl.col(f.name) >= e for e in inner]).cast(CODE)
 
 
 def cohort_expr(schema: Schema, cohorts: tuple[Cohort, ...]) -> pl.Expr:
-    expr: Any = pl.lit(OTHER_COHORT)
-    for c in reversed(cohorts):
+    """Index of the (disjoint) cohort a row falls in; len(cohorts) means '(other)'."""
+    expr: Any = pl.lit(len(cohorts), dtype=CODE)
+    for i, c in reversed(list(enumerate(cohorts))):
         cond = pl.lit(True)
         for name, rule in c.where.items():
             if schema.field(name).kind == "numeric":
                 cond = cond & pl.col(name).is_between(rule[0], rule[1], closed="both")
             else:
                 cond = cond & pl.col(name).is_in(list(rule))
-        expr = pl.when(cond).then(pl.lit(c.name)).otherwise(expr)
+        expr = pl.when(cond).then(pl.lit(i, dtype=CODE)).otherwise(expr)
     return expr
 
 
 def derive_frame(priv_rows: list[dict[str, Any]], schema: Schema, cfg: ReleaseConfig,
                  unit_id: str | None) -> pl.LazyFrame:
-    """Private rows plus public-key columns, computed row by row (1-stable)."""
+    """Private rows reduced to public-key codes, computed row by row (1-stable).
+
+    The person id (if any) is kept only as a 64-bit hash: OpenDP groups by it to bound each
+    person's rows, and nothing downstream needs the id itself.
+    """
     frame = pl.DataFrame(priv_rows, schema_overrides=_polars_types(schema),
                          infer_schema_length=None).lazy()
-    cols = [pl.col(schema.label).cast(pl.String).alias(CLASS_COL)]
+    cols = [pl.col(schema.label).replace_strict(schema.classes, list(range(len(schema.classes))),
+                                                return_dtype=CODE).alias(CLASS_COL)]
     cols += [key_expr(f).alias(key_col(f.name))
              for f in schema.record_fields if f.kind in ("categorical", "numeric")]
     if cfg.cohorts:
         cols.append(cohort_expr(schema, cfg.cohorts).alias(COHORT_COL))
     for i, r in enumerate(cfg.rates):
-        cols.append(pl.col(r.outcome_field).is_in(list(r.outcome_values)).cast(pl.String)
+        cols.append(pl.col(r.outcome_field).is_in(list(r.outcome_values)).cast(CODE)
                     .alias(f"{OUTCOME_COL}{i}"))
-    keep = [c for c in [unit_id] if c]
-    return frame.with_columns(cols).select(
-        [*keep, CLASS_COL, *(c.meta.output_name() for c in cols[1:])])
+    if unit_id:
+        cols.append(pl.col(unit_id).cast(pl.String).hash(seed=0).alias(UNIT_COL))
+    return frame.select(cols)
 
 
 def _polars_types(schema: Schema) -> dict[str, Any]:
@@ -82,10 +92,11 @@ def _polars_types(schema: Schema) -> dict[str, Any]:
     return out
 
 
-def _keys(columns: dict[str, list[str]]) -> pl.DataFrame:
+def _keys(columns: dict[str, int]) -> pl.DataFrame:
+    """Every combination of codes 0..n-1 per column: the full public key set."""
     names = list(columns)
-    rows = list(itertools.product(*columns.values()))
-    return pl.DataFrame(rows, schema=dict.fromkeys(names, pl.String), orient="row")
+    rows = list(itertools.product(*(range(n) for n in columns.values())))
+    return pl.DataFrame(rows, schema=dict.fromkeys(names, CODE), orient="row")
 
 
 def plan_queries(schema: Schema, cfg: ReleaseConfig) -> list[CountQuery]:
@@ -96,27 +107,26 @@ def plan_queries(schema: Schema, cfg: ReleaseConfig) -> list[CountQuery]:
     fields = [f for f in schema.record_fields if f.kind in ("categorical", "numeric")
               and f.name != schema.label]
     eps_hist = eps_c * (1 - gamma - alpha) / (1 + len(fields))
-    classes = [str(c) for c in schema.classes]
+    classes = len(schema.classes)
     queries = [CountQuery("counts/class_balance", (CLASS_COL,), _keys({CLASS_COL: classes}),
                           eps_hist, "all rows, one cell per class",
                           "sequential with the other count queries")]
     for f in fields:
         queries.append(CountQuery(
             f"counts/histogram/{f.name}", (CLASS_COL, key_col(f.name)),
-            _keys({CLASS_COL: classes, key_col(f.name): public_values(f)}), eps_hist,
+            _keys({CLASS_COL: classes, key_col(f.name): len(public_values(f))}), eps_hist,
             f"all rows; class x {'category' if f.kind == 'categorical' else 'bin'} of "
             f"{f.name}", "sequential across fields; parallel across classes and bins"))
     if cfg.cohorts:
-        names = [c.name for c in cfg.cohorts] + [OTHER_COHORT]
         queries.append(CountQuery(
             "counts/cohorts", (COHORT_COL, CLASS_COL),
-            _keys({COHORT_COL: names, CLASS_COL: classes}), eps_c * gamma,
+            _keys({COHORT_COL: len(cfg.cohorts) + 1, CLASS_COL: classes}), eps_c * gamma,
             "all rows; cohort x class", "parallel across disjoint cohorts and classes"))
     for i, r in enumerate(cfg.rates):
-        cells = {key_col(c): public_values(schema.field(c)) for c in r.cells}
+        cells = {key_col(c): len(public_values(schema.field(c))) for c in r.cells}
         queries.append(CountQuery(
             f"counts/rates/{i}", (*cells, f"{OUTCOME_COL}{i}"),
-            _keys({**cells, f"{OUTCOME_COL}{i}": ["false", "true"]}),
+            _keys({**cells, f"{OUTCOME_COL}{i}": 2}),
             eps_c * alpha / len(cfg.rates), f"all rows; cells of {', '.join(r.cells)} x outcome",
             "parallel across cells; the two counts per cell are disjoint rows"))
     return queries
@@ -124,9 +134,10 @@ def plan_queries(schema: Schema, cfg: ReleaseConfig) -> list[CountQuery]:
 
 # ----- post-processing into the artifact ---------------------------------------------------
 
-def _lookup(res: NoisyCounts) -> dict[tuple[str, ...], int]:
+def _lookup(res: NoisyCounts) -> dict[tuple[int, ...], int]:
+    """Noisy count per tuple of key codes (in the query's ``by`` order)."""
     by = [c for c in res.table.columns if c != COUNT_COLUMN]
-    return {tuple(str(r[c]) for c in by): int(r[COUNT_COLUMN])
+    return {tuple(int(r[c]) for c in by): int(r[COUNT_COLUMN])
             for r in res.table.iter_rows(named=True)}
 
 
@@ -145,7 +156,7 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, release: CountsRelease) -
         "class_balance": {
             "mechanism_id": "counts/class_balance",
             "classes": classes,
-            "dp_counts": [cb[(str(c),)] for c in classes],
+            "dp_counts": [cb[(k,)] for k in range(len(classes))],
         },
         "histograms": {},
     }
@@ -160,14 +171,15 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, release: CountsRelease) -
             "kind": "categories" if f.kind == "categorical" else "bins",
             "keys": list(f.enum) if f.kind == "categorical" else values,
             "edges": None if f.kind == "categorical" else list(f.bins),
-            "dp_counts_by_class": [[look[(str(c), v)] for v in values] for c in classes],
+            "dp_counts_by_class": [[look[(k, j)] for j in range(len(values))]
+                                   for k in range(len(classes))],
         }
     if cfg.cohorts:
         look = _lookup(res["counts/cohorts"])
         cohorts = []
-        for c in [*cfg.cohorts, None]:
+        for i, c in enumerate([*cfg.cohorts, None]):
             name = c.name if c else OTHER_COHORT
-            per_class = [look[(name, str(k))] for k in classes]
+            per_class = [look[(i, k)] for k in range(len(classes))]
             cohorts.append({
                 "name": name,
                 "where": ({k: list(v) for k, v in c.where.items()} if c
@@ -187,8 +199,10 @@ def _rate_block(schema: Schema, cfg: ReleaseConfig, i: int, r: RateSpec,
                 res: NoisyCounts) -> dict[str, Any]:
     look = _lookup(res)
     cells = []
-    for combo in itertools.product(*(public_values(schema.field(c)) for c in r.cells)):
-        n_yes, n_no = look[(*combo, "true")], look[(*combo, "false")]
+    values = [public_values(schema.field(c)) for c in r.cells]
+    for codes in itertools.product(*(range(len(v)) for v in values)):
+        combo = [v[j] for v, j in zip(values, codes, strict=True)]
+        n_yes, n_no = look[(*codes, 1)], look[(*codes, 0)]
         n_cell = n_yes + n_no
         suppressed = n_cell < cfg.n_min or n_cell <= 0
         rate = None if suppressed else min(1.0, max(0.0, n_yes / n_cell))

@@ -8,19 +8,24 @@ the privacy unit and the budget it is given).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import opendp.prelude as dp
 import polars as pl
 
-dp.enable_features("contrib")
+dp.enable_features("contrib", "honest-but-curious")  # user measurement: selection rounds
 
 COUNT_COLUMN = "dp_count"
 
 
 @dataclass(frozen=True)
 class PrivacyUnit:
-    """Rows (``id_field`` None) or people whose rows OpenDP truncates to ``max_contributions``."""
+    """Rows (``id_field`` None) or people whose rows OpenDP truncates to ``max_contributions``.
+
+    ``id_field`` names the frame column that identifies a person (a hash of the person id).
+    """
 
     id_field: str | None = None
     max_contributions: int = 1
@@ -95,8 +100,13 @@ def count_measurement(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> dp.M
 
 
 def new_context(priv_frame: pl.LazyFrame, unit: PrivacyUnit, epsilons: list[float]) -> dp.Context:
+    """A compositor over a frame of u32 key codes (and a u64 person-id hash, if any)."""
+    types = {pl.UInt32: dp.u32, pl.UInt64: dp.u64}
+    domain = dp.lazyframe_domain([dp.series_domain(name, dp.atom_domain(T=types[dtype]))
+                                  for name, dtype in priv_frame.collect_schema().items()])
     return dp.Context.compositor(
         data=priv_frame,
+        domain=domain,
         privacy_unit=unit.opendp_unit(),
         privacy_loss=dp.loss_of(epsilon=sum(epsilons)),
         split_by_weights=epsilons,
@@ -125,3 +135,55 @@ def release_counts(priv_frame: pl.LazyFrame, unit: PrivacyUnit,
             composition=q.composition))
     spent = float(sum(ctx.current_privacy_loss()))
     return CountsRelease(results, spent, float(ctx.accountant.map(ctx.d_in)))
+
+
+# ----- SelPE selection: per-batch noisy max over utilities in [-1, 0] ----------------------
+
+def utility_metric() -> dp.Metric:
+    """Utilities u_i(s) = -g(center_i, s) lie in [-1, 0], so one privacy unit (which sits in a
+    single batch) moves a batch's score vector by at most 1 in L-infinity, in either
+    direction: the scores are *not* monotone."""
+    return dp.linf_distance(T=float, monotonic=False)
+
+
+def noisy_max_with_scale(n_candidates: int, scale: float) -> dp.Measurement:
+    """OpenDP's report-noisy-max (MaxDivergence) over ``n_candidates`` utilities."""
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=n_candidates)
+    return dp.m.make_noisy_max(domain, utility_metric(), dp.max_divergence(), scale=scale)
+
+
+def batch_noisy_max(n_candidates: int, epsilon: float) -> dp.Measurement:
+    """Noisy max calibrated by OpenDP's privacy map to ``epsilon`` at L-inf distance 1.
+
+    For non-monotone scores OpenDP's map is eps = 2 d_in / scale, so the scale found is
+    2 / epsilon (the SelPE paper's exp(eps u) sampling would be 2 eps-DP; we do not copy it).
+    """
+    return noisy_max_with_scale(n_candidates, noisy_max_scale(n_candidates, epsilon))
+
+
+def noisy_max_scale(n_candidates: int, epsilon: float) -> float:
+    """The smallest scale whose OpenDP privacy map at L-inf distance 1 is <= epsilon."""
+    return float(dp.binary_search_param(lambda s: noisy_max_with_scale(n_candidates, s),
+                                        d_in=1.0, d_out=epsilon))
+
+
+def selection_compositor(epsilons: list[float]) -> dp.Measurement:
+    """Adaptive composition over rounds: each round's candidates depend on earlier winners."""
+    domain = dp.user_domain("SelPEPrivateBatches", lambda _: True)
+    return dp.c.make_adaptive_composition(domain, dp.symmetric_distance(), dp.max_divergence(),
+                                          d_in=1, d_mids=list(epsilons))
+
+
+def selection_round(epsilon: float, function: Callable[[Any], Any]) -> dp.Measurement:
+    """One round as an OpenDP measurement on the private batches.
+
+    ``function`` maps the private input to per-(class, batch) noisy-max outputs, every
+    selection through `batch_noisy_max(M, epsilon)`. Classes and batches are disjoint
+    (a unit lives in one class and, by the keyed hash, in one batch), so they compose in
+    parallel: one unit costs epsilon; d_in units cost at most d_in * epsilon.
+    """
+    domain = dp.user_domain("SelPEPrivateBatches", lambda _: True)
+    return dp.m.make_user_measurement(domain, dp.symmetric_distance(), dp.max_divergence(),
+                                      function=function,
+                                      privacy_map=lambda d_in: epsilon * d_in,
+                                      TO="ExtrinsicObject")

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from release.config import ReleaseConfig
-from release.counts import counts_section, derive_frame, plan_queries
+from release.counts import UNIT_COL, counts_section, derive_frame, plan_queries
 from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
 from release.opendp_mechanisms import PrivacyUnit, release_counts
 from release.private_data import PrivateTable, read_private_rows
@@ -42,7 +42,8 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     cfg.check(schema)
     key = load_private_key(cfg.release_key)
     _check_writable(cfg.out)
-    unit = _unit(cfg, schema)
+    person_field = _person_field(cfg, schema)
+    unit = PrivacyUnit(UNIT_COL if person_field else None, cfg.max_contributions)
 
     ledger = LifetimeLedger(cfg.lifetime_ledger, cfg.dataset, cfg.lifetime_epsilon)
     planned = cfg.counts_epsilon  # the selection share joins once selection rounds exist
@@ -59,7 +60,7 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
         raise
     # From here on DP mechanisms run: the reservation stands whatever happens.
     with con.status("noisy counts (OpenDP)"):
-        frame = derive_frame(table.priv_rows, schema, cfg, unit.id_field)
+        frame = derive_frame(table.priv_rows, schema, cfg, person_field)
         del table
         counts = release_counts(frame, unit, plan_queries(schema, cfg))
     entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0, r.scope,
@@ -106,10 +107,8 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
     }
 
 
-def _unit(cfg: ReleaseConfig, schema: Schema) -> PrivacyUnit:
-    if cfg.unit == "row":
-        return PrivacyUnit()
-    return PrivacyUnit(cfg.id_field or schema.id_field, cfg.max_contributions)
+def _person_field(cfg: ReleaseConfig, schema: Schema) -> str | None:
+    return None if cfg.unit == "row" else (cfg.id_field or schema.id_field)
 
 
 def _check_writable(out: Path) -> None:

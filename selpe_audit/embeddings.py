@@ -6,8 +6,10 @@ sentence-transformers model is a local directory. Outputs are float32, L2-normal
 
 Privacy: this module is public code, but inside the enclave the texts it embeds are private
 (lexicalised private fields). The cache of text -> vector therefore lives in memory only and
-is never written, logged or returned in bulk; `stats` holds counts, never texts. Call
-`clear_cache` when a stage that embedded private texts ends.
+is never written, logged or returned in bulk; `stats` holds counts, never texts - but counts
+taken after embedding private texts (e.g. how many distinct complaints) are private too, so
+they must not be shipped with the artifact. Call `clear_cache` when a stage that embedded
+private texts ends.
 """
 
 from __future__ import annotations

@@ -170,6 +170,11 @@ class Decoder:
         self._cand_ptr = self._cand.ctypes.data_as(ctypes.POINTER(lc.llama_token_data))
         self._all_ids = np.arange(llm.n_vocab, dtype=np.int32)
         self._batch = lc.llama_batch_init(llm.n_batch, 0, 1)
+        # Markup and control tokens are never sampled (the grammar alone would admit
+        # "<start_of_image>" inside a string).
+        banned = llm.markup_tokens
+        self._ban = (lc.llama_logit_bias * len(banned))(
+            *[lc.llama_logit_bias(t, float("-inf")) for t in banned])
 
     def close(self) -> None:
         for g in self._grammars:
@@ -216,6 +221,8 @@ class Decoder:
     def _new_chain(self, seed: int) -> Any:
         lc, cfg = self.lc, self.config
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(
+            self.llm.n_vocab, len(self._ban), self._ban))
         if cfg.temperature <= 0:
             lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
             return chain

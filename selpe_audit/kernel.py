@@ -217,6 +217,12 @@ class Centers:
     features: Features
     empty: np.ndarray
 
+    def __post_init__(self) -> None:
+        empty = np.asarray(self.empty)
+        if empty.dtype != np.bool_ or empty.shape != (self.features.n,):
+            raise ValueError(f"Centers.empty must be a boolean array of shape ({self.b},)")
+        object.__setattr__(self, "empty", _readonly(empty))
+
     @property
     def b(self) -> int:
         return self.features.n
@@ -364,8 +370,7 @@ class Kernel:
         for ch in self.numeric_channels:
             sums = np.bincount(ids, weights=features.numeric[ch], minlength=b)
             numeric[ch] = np.divide(sums, counts, out=np.zeros(b), where=counts > 0)
-        return Centers(Features(n=b, semantic=semantic, numeric=numeric),
-                       _readonly(counts == 0))
+        return Centers(Features(n=b, semantic=semantic, numeric=numeric), counts == 0)
 
     def distances(self, centers: Centers, cand_features: Features,
                   scale: NumericScale | None) -> np.ndarray:

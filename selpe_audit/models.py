@@ -287,6 +287,21 @@ class LLM:
     def is_eog(self, token: int) -> bool:
         return bool(self.lc.llama_vocab_is_eog(self.vocab, token))
 
+    @functools.cached_property
+    def markup_tokens(self) -> tuple[int, ...]:
+        """Control, unused and markup tokens (``<start_of_image>``, ``<td>``) that never belong
+        in a record; end-of-generation and whitespace tokens are not included."""
+        lc = self.lc
+        special = (lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
+                   | lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_USER_DEFINED)
+        out = []
+        for t in range(self.n_vocab):
+            if lc.llama_vocab_get_attr(self.vocab, t) & special and not self.is_eog(t):
+                text = lc.llama_vocab_get_text(self.vocab, t) or b""
+                if text.strip():
+                    out.append(t)
+        return tuple(out)
+
     def chat_prompt(self, user_text: str) -> str | None:
         """``user_text`` wrapped in the model's chat template, or None if it has none."""
         lc = self.lc

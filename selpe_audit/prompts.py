@@ -23,8 +23,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from selpe_audit.grammar import render_record
-from selpe_audit.schema import Field, Schema
+from selpe_audit.grammar import json_text, render_record
+from selpe_audit.schema import Field, Schema, format_value
 
 TEMPLATES: dict[str, str] = {
     "header": "Fictional {dataset} records (synthetic examples, not real people).\n",
@@ -39,6 +39,7 @@ TEMPLATES: dict[str, str] = {
     "negative_item": "- {text}\n",
     "positives": "Records like these:\n{items}",
     "positive_item": "- {text}\n",
+    "description_item": "{description}: {value}",
     "stage1_open": "- ",
     "stage2_intro": "Each description is written as one JSON record.\n",
     "stage2_pair": "Description: {description}\nRecord: {record}\n",
@@ -94,8 +95,18 @@ def header(schema: Schema, class_value: Any = None,
 
 
 def describe(record: Mapping[str, Any], schema: Schema) -> str:
-    """A record as Stage I text: the schema's lexicalization on one line."""
-    return " ".join(schema.linearize(dict(record)).split())
+    """A record as Stage I text: the schema's lexicalization, free text in quotes.
+
+    The quotes show a small model where a free-text value ends when Stage II copies it.
+    """
+    parts = []
+    for f in schema.record_fields:
+        value = record[f.name]
+        text = json_text(" ".join(str(value).split())) if f.kind == "text" else format_value(
+            f, value)
+        parts.append(TEMPLATES["description_item"].format(description=f.description,
+                                                          value=text))
+    return _SEPARATORS["list"].join(parts)
 
 
 def _block(key: str, item_key: str, texts: Sequence[str]) -> str:

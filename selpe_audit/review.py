@@ -43,6 +43,17 @@ def display_text(value: Any) -> str:
     return "".join(out)
 
 
+def fmt_value(x: Any) -> str:
+    """A number as a reviewer reads it (6 significant digits); anything else as text."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
 # ----- signatures ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -151,7 +162,7 @@ def personal_data_hits(text: str) -> list[tuple[str, str]]:
 
 def review_warnings(doc: dict[str, Any]) -> list[ReviewWarning]:
     """Every warning for the document, in the order the page shows its sections."""
-    return [*_epsilon_warnings(doc), *_count_warnings(doc), *_exemplar_warnings(doc)]
+    return [*_epsilon_warnings(doc), *_exemplar_warnings(doc), *_count_warnings(doc)]
 
 
 def signature_warnings(doc: dict[str, Any],
@@ -275,6 +286,21 @@ def exemplars(doc: dict[str, Any]) -> Iterator[tuple[Any, Any, str, int, dict[st
             for role, key in (("winner", "winners"), ("partner", "partners")):
                 for i, rec in enumerate(as_list(c.get(key))):
                     yield rnd.get("round"), c.get("class"), role, i, as_dict(rec)
+
+
+def record_layout(doc: dict[str, Any], rec: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A record's keys split into free text (shown large) and the rest, in schema order."""
+    schema = as_dict(doc.get("schema"))
+    props = as_dict(schema.get("properties"))
+    order = [str(f) for f in as_list(schema.get("x-field-order"))]
+    keys = [k for k in order if k in rec] + sorted(k for k in rec if k not in order)
+    def is_text(k: str) -> bool:
+        p = as_dict(props.get(k))
+        if p:
+            return p.get("type") == "string" and "enum" not in p
+        return isinstance(rec[k], str) and len(rec[k]) > 30
+    texts = [k for k in keys if is_text(k)]
+    return texts, [k for k in keys if k not in texts]
 
 
 def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:

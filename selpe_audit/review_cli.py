@@ -1,21 +1,373 @@
-"""``selpe-audit review`` and ``selpe-audit approve``: the artifact for a human."""
+"""``selpe-audit review`` and ``selpe-audit approve``: the artifact for a human.
+
+`review` shows everything in ``release.json`` - signature status per key first, because
+the document is displayed before anyone has verified it - and (re)writes review.html.
+`approve` shows a summary, asks, and signs the exact bytes that were shown with a reviewer
+key; `selpe_audit.artifact.read_release` counts that signature as an approval when the
+reviewer's public key is trusted.
+"""
 
 from __future__ import annotations
 
-from selpe_audit.command import Command, no_arguments, not_available
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.prompt import Confirm
+from rich.table import Table
+from rich.text import Text
+
+from selpe_audit.artifact import RELEASE_FILE, read_release_unverified
+from selpe_audit.command import Command
+from selpe_audit.errors import UserError
+from selpe_audit.review import (
+    EPSILON_HIGH,
+    ReviewWarning,
+    SignatureStatus,
+    as_dict,
+    as_list,
+    cell_label,
+    class_labels,
+    count_flag,
+    count_floor,
+    display_text,
+    exemplars,
+    fmt_value,
+    noise_scales,
+    record_layout,
+    review_warnings,
+    signature_statuses,
+    signature_warnings,
+)
+from selpe_audit.review_html import REVIEW_FILE, write_review_html
+from selpe_audit.signing import key_id, load_private_key, sign_file
+
+BAR_WIDTH = 12
+_FLAG_STYLE = {"negative": "red", None: "blue"}
+
+
+def _t(value: Any, style: str = "") -> Text:
+    """Artifact text for the terminal: never parsed as markup, control codes made visible."""
+    return Text(display_text(fmt_value(value)), style=style)
+
+
+def _json(x: Any) -> str:
+    return json.dumps(x, ensure_ascii=False, sort_keys=True)
+
+
+def _plain(x: Any) -> str:
+    """A record value as text: strings as they are, anything else as JSON."""
+    return x if isinstance(x, str) else _json(x)
+
+
+# ----- review --------------------------------------------------------------------------------
+
+def _signature_table(statuses: list[SignatureStatus], trusted: list[str]) -> Table:
+    t = Table(title=Text(f"signatures ({len(trusted)} trusted key(s) given)"), title_justify="left")
+    for col in ("key id", "role", "status", "meaning"):
+        t.add_column(col)
+    style = {"verified": "bold green", "INVALID": "bold red", "unchecked": "yellow"}
+    for s in statuses:
+        t.add_row(_t(s.key_id), "release key" if s.is_release_key else "reviewer (approval)",
+                  _t(s.status, style[s.status]), _t(s.detail))
+    if not statuses:
+        t.add_row("—", "", Text("none", "bold red"), "no signature files in signatures/")
+    return t
+
+
+def _summary_table(doc: dict[str, Any], sha: str) -> Table:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    rows = [("dataset", doc.get("dataset")), ("created", doc.get("created")),
+            ("format", f"{doc.get('format')} v{doc.get('format_version')}"),
+            ("release.json SHA-256", sha), ("schema SHA-256", doc.get("schema_sha256")),
+            ("release key id", doc.get("release_key_id"))]
+    rows += [(f"privacy unit: {k}", v) for k, v in as_dict(doc.get("privacy_unit")).items()]
+    budget = as_dict(doc.get("budget"))
+    rows += [(f"budget: {k}", v if not isinstance(v, dict) else _json(v))
+             for k, v in budget.items()]
+    rows += [("versions", ", ".join(f"{k} {v}" for k, v in
+                                    sorted(as_dict(doc.get("tool")).items())))]
+    for k, v in rows:
+        t.add_row(_t(k), _t(v))
+    return t
+
+
+def _ledger_table(doc: dict[str, Any]) -> Table:
+    ledger = as_dict(doc.get("ledger"))
+    t = Table(title=Text("privacy ledger"), title_justify="left")
+    for col in ("mechanism id", "mechanism", "constructor", "scale", "epsilon", "delta", "scope",
+                "composition"):
+        t.add_column(col, overflow="fold")
+    for e in (as_dict(x) for x in as_list(ledger.get("entries"))):
+        t.add_row(*(_t(e.get(k)) for k in ("id", "mechanism", "constructor", "scale", "epsilon",
+                                            "delta", "scope", "composition")))
+    eps = ledger.get("total_epsilon")
+    high = isinstance(eps, int | float) and eps > EPSILON_HIGH
+    t.add_row(Text("total", "bold"), "", "", "", _t(eps, "bold red" if high else "bold"),
+              _t(ledger.get("total_delta"), "bold"), "", "", end_section=True)
+    t.caption = Text(display_text(f"accountant: {ledger.get('accountant')}"))
+    return t
+
+
+def _guarantees(doc: dict[str, Any]) -> Panel:
+    g = as_dict(doc.get("guarantees"))
+    lines = [Text("• ") + _t(s) for s in as_list(g.get("statements"))]
+    lines += [Text("references: ", "dim") + _t(r, "dim") for r in as_list(g.get("references"))]
+    return Panel(Group(*lines) if lines else Text("no guarantees stated", "bold red"),
+                 title="what the guarantee means", title_align="left")
+
+
+def _bar_cell(value: Any, biggest: float, floor: int, scale: float | None) -> Text:
+    """A signed bar scaled to the largest |count| in its table, then the number."""
+    flag = count_flag(value, floor, scale)
+    style = _FLAG_STYLE.get(flag, "yellow")
+    v = value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+    n = round(abs(v) / biggest * BAR_WIDTH) if biggest else 0
+    bar = ("▒" if v < 0 else "█") * max(n, 1 if v else 0)
+    return Text(f"{bar:<{BAR_WIDTH}} {display_text(fmt_value(value)):>5}", style=style)
+
+
+def _count_table(doc: dict[str, Any], title: str, rows: list[str], mechanism_id: Any,
+                 columns: list[tuple[str, list[Any]]]) -> Table:
+    floor = count_floor(doc)
+    scale = noise_scales(doc).get(mechanism_id) if isinstance(mechanism_id, str) else None
+    nums = [abs(v) for _, vals in columns for v in vals
+            if isinstance(v, int | float) and not isinstance(v, bool)]
+    biggest = max(nums, default=0)
+    t = Table(title=_t(title), title_justify="left")
+    t.add_column("")
+    for head, _ in columns:
+        t.add_column(_t(head), no_wrap=True)
+    for i, row in enumerate(rows):
+        t.add_row(_t(row), *(_bar_cell(vals[i], biggest, floor, scale) if i < len(vals) else ""
+                             for _, vals in columns))
+    return t
+
+
+def _counts(doc: dict[str, Any]) -> list[Any]:
+    counts = as_dict(doc.get("counts"))
+    label = as_dict(doc.get("schema")).get("x-label", "class")
+    heads = [f"{label} {c}" for c in class_labels(doc)]
+    out: list[Any] = [Text(f"noisy counts: blue = count, yellow = under the floor n_min = "
+                           f"{count_floor(doc)} or within one noise scale of zero, red ▒ = "
+                           "negative (noise); decoders clamp at 0", "dim")]
+    cb = as_dict(counts.get("class_balance"))
+    out.append(_count_table(doc, "class balance", ["noisy count"], cb.get("mechanism_id"),
+                            [(h, [v]) for h, v in zip(heads, as_list(cb.get("dp_counts")),
+                                                      strict=False)]))
+    order = [str(f) for f in as_list(as_dict(doc.get("schema")).get("x-field-order"))]
+    hists = as_dict(counts.get("histograms"))
+    for name in [*(f for f in order if f in hists), *(f for f in hists if f not in order)]:
+        h = as_dict(hists[name])
+        out.append(_count_table(
+            doc, f"histogram {name} ({h.get('kind')}) · {h.get('mechanism_id')}",
+            [str(k) for k in as_list(h.get("keys"))], h.get("mechanism_id"),
+            list(zip(heads, [as_list(r) for r in as_list(h.get("dp_counts_by_class"))],
+                     strict=False))))
+    co = as_dict(counts.get("cohorts"))
+    cohorts = [as_dict(c) for c in as_list(co.get("cohorts"))]
+    if cohorts:
+        rows = [f"{c.get('name')}  where {_json(c.get('where'))}  size "
+                f"{fmt_value(c.get('post_size'))}" for c in cohorts]
+        cols = [(f"{label} {cl}", [_at(as_list(c.get("dp_counts_by_class")), j) for c in cohorts])
+                for j, cl in enumerate(as_list(co.get("classes")))]
+        out.append(_count_table(doc, f"cohorts · {co.get('mechanism_id')}", rows,
+                                co.get("mechanism_id"), cols))
+    out.extend(_rate_table(doc, as_dict(r)) for r in as_list(counts.get("rates")))
+    known = {"class_balance", "histograms", "cohorts", "rates", "signed"}
+    out.extend(Text("other released values ", "bold") + _t(f"{k}: {_json(v)}")
+               for k, v in counts.items() if k not in known)
+    return out
+
+
+def _at(xs: list[Any], i: int) -> Any:
+    return xs[i] if i < len(xs) else None
+
+
+def _rate_table(doc: dict[str, Any], r: dict[str, Any]) -> Table:
+    floor = count_floor(doc)
+    scale = noise_scales(doc).get(r.get("mechanism_id")) if isinstance(
+        r.get("mechanism_id"), str) else None
+    outcome = as_dict(r.get("outcome"))
+    t = Table(title=_t(f"rate {r.get('name')}: {outcome.get('field')} in "
+                       f"{_json(outcome.get('values'))} · {r.get('mechanism_id')} · suppressed "
+                       f"under n_min = {fmt_value(r.get('n_min'))}"), title_justify="left")
+    for col in ("cell", "rate", "noisy outcome", "noisy other", "noisy cell size"):
+        t.add_column(col)
+    for c in (as_dict(x) for x in as_list(r.get("cells"))):
+        rate = c.get("post_rate")
+        shown = (Text("suppressed", "dim italic") if c.get("suppressed") or
+                 not isinstance(rate, int | float) else Text(f"{100 * rate:.1f} %"))
+        t.add_row(_t(cell_label(c.get("cell"))), shown,
+                  *(_t(c.get(k), "red" if count_flag(c.get(k), floor, scale) else "")
+                    for k in ("dp_n_outcome", "dp_n_other", "post_n_cell")))
+    return t
+
+
+def _exemplars(doc: dict[str, Any]) -> list[Any]:
+    sel = doc.get("selection")
+    if not isinstance(sel, dict):
+        return [Text("no selection block: no exemplars in this release", "dim")]
+    out: list[Any] = [Text("selection config ", "bold") + _t(
+        _json({k: v for k, v in sel.items() if k != "rounds"}))]
+    eps = {fmt_value(as_dict(r).get("round")): as_dict(r).get("epsilon")
+           for r in as_list(sel.get("rounds"))}
+    tables: dict[tuple[str, str], Table] = {}
+    for rnd, cls, role, i, rec in exemplars(doc):
+        key = (fmt_value(rnd), fmt_value(cls))
+        if key not in tables:
+            tables[key] = Table(title=_t(f"round {key[0]} (epsilon {fmt_value(eps.get(key[0]))})"
+                                         f", class {key[1]}"), title_justify="left",
+                                show_lines=True)
+            tables[key].add_column("")
+            tables[key].add_column("record", overflow="fold")
+        texts, others = record_layout(doc, rec)
+        shown = Text("\n").join(_t(k, "dim") + Text(" ") + _t(_plain(rec[k]), "bold")
+                                for k in texts)
+        shown.append("\n" if texts else "")
+        shown.append_text(Text("  ").join(_t(k, "dim") + Text(" ") + _t(_plain(rec[k]))
+                                          for k in others))
+        tables[key].add_row(_t(f"{role} {i + 1}", "bold"), shown)
+    return out + list(tables.values())
+
+
+def _warnings_table(warnings: list[ReviewWarning]) -> Table | Text:
+    if not warnings:
+        return Text("no warnings", "green")
+    t = Table(title=Text(f"warnings ({len(warnings)})", "bold yellow"), title_justify="left")
+    for col in ("kind", "where", "reason"):
+        t.add_column(col, overflow="fold")
+    style = {"small counts": "yellow"}
+    for w in warnings:
+        s = style.get(w.kind, "bold red")
+        t.add_row(_t(w.kind, s), _t(w.where), _t(w.reason))
+    return t
+
+
+def _review_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("artifact", help="artifact folder (holds release.json and signatures/)")
+    p.add_argument("--trust", action="append", default=[], metavar="KEY.pub.pem",
+                   help="public key to check signatures with (repeatable); without one, "
+                        "signatures are listed but not checked")
+    p.add_argument("--html", type=Path, metavar="PATH",
+                   help=f"where to write the review page (default ARTIFACT/{REVIEW_FILE})")
+
+
+def _review(args: argparse.Namespace) -> int:
+    d = Path(args.artifact)
+    doc = read_release_unverified(d)
+    sha = hashlib.sha256((d / RELEASE_FILE).read_bytes()).hexdigest()
+    statuses = signature_statuses(d, args.trust, doc.get("release_key_id"))
+    warnings = signature_warnings(doc, statuses) + review_warnings(doc)
+    con = Console(highlight=False)
+    con.print(Panel(Text("Shown BEFORE it is trusted: the numbers below are what release.json "
+                         "says; the signature status says whether trusted keys signed exactly "
+                         "these bytes.", "bold"), title="selpe-audit review", title_align="left"))
+    con.print(_signature_table(statuses, args.trust))
+    con.print(_summary_table(doc, sha))
+    if warnings:
+        con.print(Text(f"{len(warnings)} warning(s): listed at the end", "bold yellow"))
+    con.print(_ledger_table(doc))
+    con.print(_guarantees(doc))
+    for part in [*_counts(doc), *_exemplars(doc)]:
+        con.print(part)
+    con.print(_warnings_table(warnings))
+    path = write_review_html(d, doc, signature_status=statuses, path=args.html)
+    con.print(Text(f"wrote {path} (derived from release.json, not itself trusted)"))
+    return 0
+
 
 REVIEW = Command(
     name="review",
     help="show every released number, the ledger and the guarantees",
-    description="Not built yet: the review view and review.html (issue #8).",
-    add_arguments=no_arguments,
-    run=not_available("review", "the review view", 8),
+    description="Show release.json for a human before anyone trusts it: the status of every "
+                "signature against the keys given with --trust, dataset, schema hash and "
+                "versions, the privacy ledger, the guarantees in plain words, every released "
+                "number (histograms drawn as bars), the exemplars and warnings (high epsilon, "
+                "small or negative noisy counts, exemplar text that looks like personal data). "
+                "Also (re)writes review.html, a self-contained page of the same.",
+    add_arguments=_review_args,
+    run=_review,
 )
+
+
+# ----- approve -------------------------------------------------------------------------------
+
+def _approve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("artifact", help="artifact folder (holds release.json and signatures/)")
+    p.add_argument("--key", required=True, metavar="REVIEWER.pem",
+                   help="your reviewer private key (not the release key); make one with "
+                        "'selpe-audit keygen'")
+    p.add_argument("--yes", action="store_true",
+                   help="approve without asking (needed when there is no terminal)")
+
+
+def _read_exact(d: Path) -> tuple[bytes, dict[str, Any]]:
+    """The bytes of release.json and the document they parse to, from one consistent read."""
+    doc = read_release_unverified(d)
+    data = (d / RELEASE_FILE).read_bytes()
+    try:
+        same = json.loads(data.decode("utf-8")) == doc
+    except (UnicodeDecodeError, ValueError):
+        same = False
+    if not same:
+        raise UserError(f"{d / RELEASE_FILE}: changed while it was being read; run approve again")
+    return data, doc
+
+
+def _approve(args: argparse.Namespace) -> int:
+    d = Path(args.artifact)
+    data, doc = _read_exact(d)
+    key = load_private_key(args.key)
+    kid = key_id(key.public_key())
+    if kid == doc.get("release_key_id"):
+        raise UserError(f"{args.key}: this is the release key ({kid}); an approval must come "
+                        "from a different key - make a reviewer key with 'selpe-audit keygen'")
+    if not args.yes and not sys.stdin.isatty():
+        raise UserError("no terminal to ask for confirmation; pass --yes to approve without "
+                        "asking")
+    sha = hashlib.sha256(data).hexdigest()
+    warnings = (signature_warnings(doc, signature_statuses(d, [], doc.get("release_key_id")))
+                + review_warnings(doc))
+    con = Console(highlight=False)
+    con.print(_summary_table(doc, sha))
+    con.print(_ledger_table(doc))
+    con.print(_guarantees(doc))
+    con.print(_warnings_table(warnings))
+    con.print(Text("Have you run 'selpe-audit review' and read every number? Approving signs "
+                   "these exact bytes with your key.", "bold"))
+    question = Text(display_text(f"Approve {doc.get('dataset')} (release.json SHA-256 "
+                                 f"{sha[:16]}...) with reviewer key {kid}?"))
+    if not args.yes and not Confirm.ask(question, default=False, console=con):
+        con.print("not approved; nothing was signed")
+        return 1
+    sig = sign_file(d, RELEASE_FILE, args.key)
+    try:
+        key.public_key().verify(sig.read_bytes(), data)
+    except InvalidSignature:
+        sig.unlink(missing_ok=True)
+        raise UserError(f"{d / RELEASE_FILE}: changed after it was shown; nothing was "
+                        "approved - run approve again") from None
+    con.print(Text(f"approved: wrote {sig}. Decode counts it with --trust <your .pub.pem> "
+                   "--require-approvals 1."))
+    return 0
+
 
 APPROVE = Command(
     name="approve",
     help="sign a reviewed artifact with a reviewer key",
-    description="Not built yet: approvals (issue #8).",
-    add_arguments=no_arguments,
-    run=not_available("approve", "approval signing", 8),
+    description="Show a summary of release.json, ask for confirmation, then write your "
+                "detached signature over its exact bytes to signatures/<key-id>.sig. Decode "
+                "counts it as an approval when your public key is passed with --trust. The "
+                "release key cannot approve its own release.",
+    add_arguments=_approve_args,
+    run=_approve,
 )

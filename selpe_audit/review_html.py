@@ -32,8 +32,10 @@ from selpe_audit.review import (
     count_floor,
     display_text,
     exemplars,
+    fmt_value,
     noise_scales,
     personal_data_hits,
+    record_layout,
     review_warnings,
     signature_warnings,
 )
@@ -48,19 +50,8 @@ def _e(value: Any) -> str:
     return html.escape(display_text(value), quote=True)
 
 
-def _fmt(x: Any) -> str:
-    """A number as a reviewer reads it (6 significant digits); anything else as text."""
-    if x is None:
-        return "—"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    return str(x)
-
-
 def _short(x: Any) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else _fmt(x)
+    return f"{x:.3g}" if isinstance(x, float) else fmt_value(x)
 
 
 def _json(x: Any) -> str:
@@ -94,14 +85,14 @@ class _Chart:
 
     ROW_H = 22
     HEAD_H = 30
-    COL_W = 200
+    COL_W = 190
     VALUE_W = 58
     MAX_LABEL = 34
 
     def svg(self) -> str:
         labels = [r if len(r) <= self.MAX_LABEL else r[: self.MAX_LABEL - 1] + "…"
                   for r in self.rows]
-        label_w = min(260, max(60, 7 * max((len(x) for x in labels), default=4) + 18))
+        label_w = min(260, max(140, 7 * max((len(x) for x in labels), default=4) + 18))
         width = label_w + self.COL_W * max(1, len(self.columns)) + 8
         height = self.HEAD_H + self.ROW_H * len(self.rows) + 8
         shared = _domain(c.value for col in self.columns if col.domain is None
@@ -157,7 +148,7 @@ def _count_cell(value: Any, floor: int, scale: float | None) -> _Cell:
     v = value if isinstance(value, int | float) and not isinstance(value, bool) else None
     flag = count_flag(value, floor, scale)
     css = "ok" if not flag else ("neg" if flag == "negative" else "low")
-    return _Cell(float(v) if v is not None else None, _fmt(value), css, flag or "")
+    return _Cell(float(v) if v is not None else None, fmt_value(value), css, flag or "")
 
 
 def _count_chart(doc: dict[str, Any], title: str, rows: list[str], mechanism_id: Any,
@@ -179,7 +170,7 @@ def _table(head: list[str], rows: Iterable[list[str]], cls: str = "") -> str:
 
 
 def _kv(pairs: Iterable[tuple[str, Any]]) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in pairs)
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(fmt_value(v))}</td></tr>" for k, v in pairs)
     return f'<table class="kv"><tbody>{rows}</tbody></table>'
 
 
@@ -285,9 +276,9 @@ def _guarantees(doc: dict[str, Any]) -> str:
     words = "".join(f"<li>{_e(s)}</li>" for s in as_list(g.get("statements")))
     nums = [("epsilon", g.get("epsilon")), ("delta", g.get("delta")),
             ("membership advantage max", g.get("membership_advantage_max"))]
-    nums += [(f"membership TPR max at FPR {_fmt(as_dict(t).get('fpr'))}",
+    nums += [(f"membership TPR max at FPR {fmt_value(as_dict(t).get('fpr'))}",
               as_dict(t).get("tpr_max")) for t in as_list(g.get("membership_tpr_max"))]
-    nums += [(f"reconstruction success max at prior {_fmt(as_dict(r).get('prior'))}",
+    nums += [(f"reconstruction success max at prior {fmt_value(as_dict(r).get('prior'))}",
               as_dict(r).get("success_max"))
              for r in as_list(g.get("reconstruction_success_max"))]
     refs = "".join(f"<li>{_e(r)}</li>" for r in as_list(g.get("references")))
@@ -302,23 +293,23 @@ def _ledger(doc: dict[str, Any]) -> str:
     entries = [as_dict(e) for e in as_list(ledger.get("entries"))]
     rows = [[f'<span class="mono">{_e(e.get("id"))}</span>', _e(e.get("mechanism")),
              f'<span class="mono small">{_e(e.get("constructor"))}</span>',
-             *(f'<span class="num">{_e(_fmt(e.get(k)))}</span>' for k in ("scale", "epsilon",
+             *(f'<span class="num">{_e(fmt_value(e.get(k)))}</span>' for k in ("scale", "epsilon",
                                                                            "delta")),
              _e(e.get("scope")), _e(e.get("composition"))] for e in entries]
     rows.append(["<strong>total</strong>", "", "", "",
-                 f"<strong>{_e(_fmt(ledger.get('total_epsilon')))}</strong>",
-                 f"<strong>{_e(_fmt(ledger.get('total_delta')))}</strong>", "", ""])
+                 f"<strong>{_e(fmt_value(ledger.get('total_epsilon')))}</strong>",
+                 f"<strong>{_e(fmt_value(ledger.get('total_delta')))}</strong>", "", ""])
     eps = [e.get("epsilon") for e in entries]
     note = ""
     if all(isinstance(x, int | float) for x in eps) and isinstance(
             ledger.get("total_epsilon"), int | float):
         s = sum(eps)
         if abs(s - ledger["total_epsilon"]) > 1e-9 * max(1.0, s):
-            note = (f'<p class="bad">The entries sum to epsilon {_e(_fmt(s))}, the stated total '
-                    "differs: read the accountant's note and the composition column.</p>")
+            note = (f'<p class="bad">The entries sum to epsilon {_e(fmt_value(s))}, the stated '
+                    "total differs: read the accountant's note and the composition column.</p>")
     return _section("ledger", "Privacy ledger",
-                    _table(["mechanism id", "mechanism", "OpenDP constructor", "scale", "ε", "δ",
-                            "scope", "composition"], rows, "ledger")
+                    _table(["mechanism id", "mechanism", "OpenDP constructor", "scale", "epsilon",
+                            "delta", "scope", "composition"], rows, "ledger")
                     + f'<p class="muted">Accountant: {_e(ledger.get("accountant"))}</p>' + note)
 
 
@@ -342,6 +333,8 @@ def _counts(doc: dict[str, Any]) -> str:
         doc, "class balance", heads, cb.get("mechanism_id"),
         [("noisy count", as_list(cb.get("dp_counts")))]))
     hists = as_dict(counts.get("histograms"))
+    order = [f for f in as_list(as_dict(doc.get("schema")).get("x-field-order")) if f in hists]
+    hists = {k: hists[k] for k in [*order, *(k for k in hists if k not in order)]}
     if hists:
         parts.append("<h3>Class-conditional histograms</h3>")
     for name, h in hists.items():
@@ -364,7 +357,7 @@ def _counts(doc: dict[str, Any]) -> str:
             f'<h4 class="mono">{_e(k)}</h4><pre>{_e(_json(v))}</pre>' for k, v in other.items()))
     if "signed" in counts:
         parts.append(f'<p class="muted">Counts released signed (may be negative): '
-                     f"{_e(_fmt(counts['signed']))}</p>")
+                     f"{_e(fmt_value(counts['signed']))}</p>")
     return _section("counts", "Noisy counts", "".join(parts))
 
 
@@ -379,7 +372,7 @@ def _cohorts(doc: dict[str, Any], co: dict[str, Any], label: Any) -> str:
                                for c in cohorts]) for j, cl in enumerate(classes)]
     table = _table(["cohort", "where", "size (sum of noisy counts)"],
                    ([_e(c.get("name")), f'<span class="mono small">{_e(_json(c.get("where")))}'
-                     "</span>", _e(_fmt(c.get("post_size")))] for c in cohorts))
+                     "</span>", _e(fmt_value(c.get("post_size")))] for c in cohorts))
     return ("<h3>Cohorts</h3>" + table
             + _count_chart(doc, "cohorts by class", names, co.get("mechanism_id"), cols))
 
@@ -392,8 +385,8 @@ def _rate(doc: dict[str, Any], r: dict[str, Any]) -> str:
         v = c.get("post_rate")
         if c.get("suppressed") or not isinstance(v, int | float):
             rate_cells.append(_Cell(None, "suppressed", "muted",
-                                    f"noisy cell size {_fmt(c.get('post_n_cell'))} "
-                                    f"under n_min {_fmt(r.get('n_min'))}"))
+                                    f"noisy cell size {fmt_value(c.get('post_n_cell'))} "
+                                    f"under n_min {fmt_value(r.get('n_min'))}"))
         else:
             rate_cells.append(_Cell(float(v), f"{100 * v:.1f} %"))
     floor = count_floor(doc)
@@ -411,7 +404,7 @@ def _rate(doc: dict[str, Any], r: dict[str, Any]) -> str:
             f'<p class="muted">Outcome {_e(outcome.get("field"))} in '
             f"{_e(_json(outcome.get('values')))}, by {_e(_json(r.get('cells_by')))}; "
             f"rate = noisy outcome / (noisy outcome + noisy other), suppressed when the noisy "
-            f"cell size is under n_min = {_e(_fmt(r.get('n_min')))} · "
+            f"cell size is under n_min = {_e(fmt_value(r.get('n_min')))} · "
             f"{_e(r.get('mechanism_id'))}</p>"
             f'<div class="chartbox">{chart.svg()}</div>')
 
@@ -420,32 +413,26 @@ def _selection(doc: dict[str, Any]) -> str:
     sel = doc.get("selection")
     if not isinstance(sel, dict):
         return ""
-    order = [str(f) for f in as_list(as_dict(doc.get("schema")).get("x-field-order"))]
     config = {k: v for k, v in sel.items() if k != "rounds"}
     parts = ["<h3>Selection config</h3>" + (
         _table(["key", "value"], ([f'<span class="mono">{_e(k)}</span>',
                                    f'<span class="mono small">{_e(_json(v))}</span>']
                                   for k, v in sorted(config.items()))) if config
         else '<p class="muted">none stated</p>')]
-    groups: dict[tuple[str, str], list[tuple[str, int, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, str], list[str]] = {}
     for rnd, cls, role, i, rec in exemplars(doc):
-        groups.setdefault((_fmt(rnd), _fmt(cls)), []).append((role, i, rec))
-    eps = {_fmt(as_dict(r).get("round")): as_dict(r).get("epsilon")
+        groups.setdefault((fmt_value(rnd), fmt_value(cls)), []).append(
+            _record_card(doc, role, i, rec))
+    eps = {fmt_value(as_dict(r).get("round")): as_dict(r).get("epsilon")
            for r in as_list(sel.get("rounds"))}
     label = as_dict(doc.get("schema")).get("x-label", "class")
     current = None
-    for (rnd, cls), recs in groups.items():
+    for (rnd, cls), cards in groups.items():
         if rnd != current:
             current = rnd
-            parts.append(f"<h3>Round {_e(rnd)} <span class=\"muted small\">epsilon "
-                         f"{_e(_fmt(eps.get(rnd)))}</span></h3>")
-        keys = [k for k in order if any(k in r for _, _, r in recs)]
-        keys += sorted({k for _, _, r in recs for k in r if k not in keys})
-        rows = ([f'<span class="role {role}">{role} {i + 1}</span>',
-                 *(_exemplar_cell(rec.get(k)) if k in rec else "" for k in keys)]
-                for role, i, rec in recs)
-        parts.append(f"<h4>{_e(label)} {_e(cls)}</h4>"
-                     + _table(["", *(_e(k) for k in keys)], rows, "exemplars"))
+            parts.append(f'<h3 class="round">Round {_e(rnd)} <span class="muted small">epsilon '
+                         f"{_e(fmt_value(eps.get(rnd)))}</span></h3>")
+        parts.append(f'<h4>{_e(label)} {_e(cls)}</h4><div class="cards">{"".join(cards)}</div>')
     return _section("selection", "Exemplars (synthetic records chosen by DP selection)",
                     "<p>Winners were chosen with DP noisy max among candidates generated from "
                     "public inputs; partners are non-private contrastive examples. All are "
@@ -453,7 +440,19 @@ def _selection(doc: dict[str, Any]) -> str:
                     + "".join(parts))
 
 
-def _exemplar_cell(value: Any) -> str:
+def _record_card(doc: dict[str, Any], role: str, i: int, rec: dict[str, Any]) -> str:
+    """One exemplar: its free text large, its other fields as compact chips."""
+    texts, others = record_layout(doc, rec)
+    body = "".join(f'<div class="rtext"><span class="fname">{_flagged(k)}</span> '
+                   f"{_flagged(rec[k])}</div>" for k in texts)
+    chips = "".join(f'<span class="chip"><span class="fname">{_flagged(k)}</span> '
+                    f"{_flagged(rec[k])}</span>" for k in others)
+    return (f'<div class="rec {_e(role)}"><span class="role {_e(role)}">{_e(role)} {i + 1}'
+            f'</span>{body}<div class="chips">{chips}</div></div>')
+
+
+def _flagged(value: Any) -> str:
+    """Escaped text, highlighted when it looks like personal data."""
     text = value if isinstance(value, str) else _json(value)
     hits = personal_data_hits(text)
     if not hits:
@@ -539,7 +538,14 @@ svg.chart .val.neg{fill:var(--neg)}svg.chart .val.low{fill:#9a6a00}
 svg.chart .val.muted{fill:var(--muted);font-style:italic}
 .st-verified{color:var(--good);font-weight:700}.st-invalid{color:var(--bad);font-weight:700}
 .st-unchecked{color:var(--muted);font-weight:700}
-table.exemplars td{font-size:13px}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:10px}
+.rec{border:1px solid var(--line);border-left:4px solid var(--ok);border-radius:6px;
+padding:8px 10px;background:#fbfcfe}
+.rec.partner{border-left-color:#7a5aa8}
+.rtext{font-size:14.5px;margin:6px 0}.fname{color:var(--muted);font-size:11px;
+font-family:ui-monospace,"DejaVu Sans Mono",monospace}
+.chips{display:flex;flex-wrap:wrap;gap:4px 10px;font-size:12.5px}
+.chip{white-space:nowrap}h3.round{border-top:1px solid var(--line);padding-top:12px}
 .role{font-size:11px;font-weight:700;border-radius:3px;padding:1px 6px;white-space:nowrap}
 .role.winner{background:#dbe7f7}.role.partner{background:#ebe3f5}
 .pii{background:#fde2df;outline:2px solid var(--neg);border-radius:2px}

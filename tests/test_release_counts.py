@@ -116,7 +116,7 @@ def test_noisy_counts_unbiased_with_ledger_variance(demo_schema):
                         out=Path("unused"), release_key=Path("unused"))
     frame = derive_frame(rows, demo_schema, cfg, None)
     query = next(q for q in plan_queries(demo_schema, cfg) if q.id == "counts/histogram/age")
-    exact = (frame.group_by(list(query.by)).len().collect())
+    exact = frame.group_by(list(query.by)).len().collect()
     truth = {tuple(r[:-1]): r[-1] for r in exact.iter_rows()}
     eps = 0.5
     ctx = new_context(frame, PrivacyUnit(), [eps])

@@ -1,0 +1,369 @@
+"""Review and approval: the terminal view, review.html (escaping, no JS, real browser), and
+approval signatures as `read_release` counts them."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import os
+import pty
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from release.config import load_config
+from release.pipeline import run_release
+from selpe_audit.artifact import RELEASE_FILE, read_release, read_release_unverified, write_release
+from selpe_audit.errors import UserError
+from selpe_audit.review import (
+    personal_data_hits,
+    review_warnings,
+    signature_statuses,
+    signature_warnings,
+)
+from selpe_audit.review_html import REVIEW_FILE, render_review_html, write_review_html
+from selpe_audit.signing import SIGNATURES_DIR, generate_keypair
+
+ROOT = Path(__file__).resolve().parents[1]
+EXE = str(Path(sys.executable).with_name("selpe-audit"))
+CHROMIUM = Path("/usr/bin/chromium")
+XSS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>')
+
+
+def cli(*args: str, stdin: str | None = "") -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="200")
+    return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, input=stdin,
+                          timeout=300)
+
+
+# ----- fixtures --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> dict[str, tuple[Path, Path, str]]:
+    d = tmp_path_factory.mktemp("keys")
+    return {name: generate_keypair(d / f"{name}.pem") for name in ("release", "reviewer")}
+
+
+@pytest.fixture(scope="module")
+def demo_artifact(tmp_path_factory, keys) -> Path:
+    """The demo release, made once with the real pipeline (about 15 s)."""
+    d = tmp_path_factory.mktemp("release")
+    cfg = load_config(ROOT / "examples" / "release.toml", {
+        "data": ROOT / "selpe_audit" / "data" / "ed_triage_sample.csv",
+        "schema": ROOT / "selpe_audit" / "data" / "ed_triage.schema.json",
+        "out": d / "art", "release_key": keys["release"][0], "lifetime_ledger": d / "ledger",
+    }).check()
+    run_release(cfg, Console(file=io.StringIO()))
+    return d / "art"
+
+
+def _record(i: int, complaint: str) -> dict:
+    return {"age": 30 + i, "sex": "female", "arrival_mode": "walk-in", "temperature_c": 37.2,
+            "heart_rate": 90, "respiratory_rate": 16, "o2_saturation": 97, "systolic_bp": 125,
+            "diastolic_bp": 80, "pain_score": 4, "chief_complaint": complaint,
+            "disposition": "discharged", "acuity": 3}
+
+
+def hostile_doc(doc: dict) -> dict:
+    """The demo document with attack strings in every kind of text the page shows."""
+    doc = json.loads(json.dumps(doc))
+    a, b = XSS
+    doc["dataset"] = f"demo {a} {b}"
+    hists = doc["counts"]["histograms"]
+    hists[f"age{a}"] = hists.pop("age")
+    hists["sex"]["keys"][0] = b
+    doc["counts"]["cohorts"]["cohorts"][0]["name"] = a
+    doc["counts"]["rates"][0]["name"] = b
+    doc["ledger"]["entries"][0]["scope"] = a
+    doc["tool"][b] = a
+    doc["schema"]["description"] = b
+    bad = dict(_record(1, f"sore throat {a}"), **{b: "x"})
+    doc["selection"] = {
+        "T": 1, "K": 4, b: a, "embedder": "all-MiniLM-L6-v2",
+        "rounds": [{"round": 1, "epsilon": 0.5, "extra": "tolerated", "classes": [
+            {"class": 1, "winners": [_record(0, "chest pain radiating to left arm"),
+                                     _record(1, "Mr. Smith fell, call 555-123-4567")],
+             "partners": [bad, _record(2, "tint \x1b[31mred\x1b[0m \u202egnp.exe")]},
+            {"class": 2, "winners": [_record(3, f"{b} cough")], "partners": []},
+        ]}],
+    }
+    return doc
+
+
+@pytest.fixture(scope="module")
+def hostile_artifact(tmp_path_factory, demo_artifact, keys) -> Path:
+    d = tmp_path_factory.mktemp("hostile") / "art"
+    write_release(d, hostile_doc(read_release_unverified(demo_artifact)), keys["release"][0])
+    return d
+
+
+# ----- the demo artifact, rendered ---------------------------------------------------------
+
+def test_review_cli_shows_everything(demo_artifact, keys, tmp_path):
+    html_path = tmp_path / "page.html"
+    r = cli("review", str(demo_artifact), "--trust", str(keys["release"][1]),
+            "--html", str(html_path))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    doc = read_release_unverified(demo_artifact)
+    assert f"{keys['release'][2]} │ release key │ verified" in out
+    for text in (doc["dataset"], doc["schema_sha256"], "opendp 0.16.0", "privacy ledger",
+                 "total", *doc["guarantees"]["statements"][:1], "children", "suppressed"):
+        assert text in out
+    for name in doc["counts"]["histograms"]:
+        assert f"histogram {name}" in out
+    assert html_path.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_review_without_trust_lists_signatures_unchecked(demo_artifact):
+    r = cli("review", str(demo_artifact))
+    assert r.returncode == 0, r.stderr
+    assert "unchecked" in r.stdout
+    assert (demo_artifact / REVIEW_FILE).exists()
+
+
+def test_demo_page_holds_every_released_number(demo_artifact):
+    doc = read_release_unverified(demo_artifact)
+    page = render_review_html(doc)
+    assert "derived from <code>release.json</code> and is not itself trusted" in page
+    assert "<script" not in page.lower()
+    assert "default-src 'none'" in page
+    counts = doc["counts"]
+    for name, h in counts["histograms"].items():
+        assert name in page
+        for row in h["dp_counts_by_class"]:
+            for v in row:
+                assert f">{v}</text>" in page
+    for v in counts["class_balance"]["dp_counts"]:
+        assert f">{v}</text>" in page
+    for e in doc["ledger"]["entries"]:
+        assert e["id"] in page
+    assert page.count("<svg") >= len(counts["histograms"]) + 3
+    for s in doc["guarantees"]["statements"]:
+        assert html.escape(s, quote=True) in page
+
+
+def test_write_review_html_default_path(demo_artifact, tmp_path):
+    art = tmp_path / "art"
+    shutil.copytree(demo_artifact, art)
+    path = write_review_html(art)
+    assert path == art / REVIEW_FILE
+    assert path.read_text(encoding="utf-8") == render_review_html(read_release_unverified(art))
+    assert not list(art.glob(".review.html.*"))  # atomic write left no temporary file
+
+
+# ----- escaping -----------------------------------------------------------------------------
+
+ALLOWED_TAGS = {"html", "head", "meta", "link", "title", "style", "body", "header", "div", "h1",
+                "h2", "h3", "h4", "p", "strong", "code", "nav", "a", "main", "section", "table",
+                "thead", "tbody", "tr", "th", "td", "span", "ul", "li", "svg", "rect", "text",
+                "line", "g", "details", "summary", "pre", "footer"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attrs: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attrs.update(k for k, _ in attrs)
+
+
+def test_html_escapes_every_text_from_the_artifact(hostile_artifact):
+    page = render_review_html(read_release_unverified(hostile_artifact))
+    assert "<script" not in page.lower()
+    assert "<img" not in page.lower()
+    assert '"><img' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    parsed = _Tags()
+    parsed.feed(page)
+    assert parsed.tags <= ALLOWED_TAGS
+    assert not [a for a in parsed.attrs if a.startswith("on")]
+    assert "\x1b" not in page and "\u202e" not in page
+    assert "\\x1b[31m" in page and "\\u202e" in page
+
+
+def test_terminal_view_shows_control_codes_instead_of_obeying_them(hostile_artifact):
+    r = cli("review", str(hostile_artifact))
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\u202e" not in r.stdout
+    assert "\\x1b[31m" in r.stdout
+    assert XSS[0] in r.stdout  # shown literally, as text
+
+
+# ----- warnings -----------------------------------------------------------------------------
+
+def test_warnings_flag_personal_data_with_reason_and_place(hostile_artifact):
+    ws = [w for w in review_warnings(read_release_unverified(hostile_artifact))
+          if w.kind == "personal data"]
+    got = {(w.where, w.reason.split(":")[0]) for w in ws}
+    assert ("round 1, class 1, winner 2, field chief_complaint",
+            "looks like a title and name (Mr./Mrs./Dr. Xxx)") in got
+    assert ("round 1, class 1, winner 2, field chief_complaint",
+            "looks like a phone number") in got
+    assert not [w for w in ws if w.where.startswith("round 1, class 1, winner 1,")]
+
+
+@pytest.mark.parametrize("text,pattern", [
+    ("Dr. Jones saw her", "title and name"), ("name: Jane Doe", "name: Xxx Yyy"),
+    ("patient Jane Doe fell", "patient Xxx Yyy"), ("jane.doe@example.org", "email"),
+    ("+44 20 7946 0958", "phone"), ("seen 03/12/2024", "date"), ("on 2024-03-12", "date"),
+    ("since March 3, 2024", "month name"), ("MRN: 00123456", "MRN"), ("id P000123", "id-like"),
+])
+def test_personal_data_patterns(text, pattern):
+    assert any(pattern in name for name, _ in personal_data_hits(text))
+
+
+@pytest.mark.parametrize("text", [
+    "chest pain for 2 days, HR 120-130", "BP 120/80, temp 38.5", "pain 7/10 since May",
+    "fell from 2 m height", "sore throat x 3 days", "O2 94% on 2 L/min",
+])
+def test_clinical_text_is_not_flagged(text):
+    assert personal_data_hits(text) == []
+
+
+def test_warnings_flag_high_epsilon_and_small_counts(demo_artifact):
+    doc = read_release_unverified(demo_artifact)
+    assert not [w for w in review_warnings(doc) if w.kind == "epsilon"]
+    doc["ledger"]["total_epsilon"] = 8.0
+    doc["counts"]["class_balance"]["dp_counts"][0] = -3
+    ws = review_warnings(doc)
+    assert [w.where for w in ws if w.kind == "epsilon"] == ["ledger total"]
+    balance = next(w for w in ws if w.where == "class balance")
+    assert "1 = -3 (negative)" in balance.reason
+    assert "n_min = 10" in "".join(w.reason for w in ws)
+
+
+# ----- approvals ----------------------------------------------------------------------------
+
+@pytest.fixture
+def artifact(demo_artifact, tmp_path) -> Path:
+    art = tmp_path / "art"
+    shutil.copytree(demo_artifact, art)
+    return art
+
+
+def test_approval_counts_only_with_the_reviewer_key_trusted(artifact, keys):
+    (_, pub, _), (rpriv, rpub, rkid) = keys["release"], keys["reviewer"]
+    with pytest.raises(UserError, match="0 approval"):
+        read_release(artifact, [pub], require_approvals=1)
+    r = cli("approve", str(artifact), "--key", str(rpriv), "--yes")
+    assert r.returncode == 0, r.stderr
+    assert (artifact / SIGNATURES_DIR / f"{rkid}.sig").exists()
+    assert read_release(artifact, [pub, rpub], require_approvals=1).approvals == (rkid,)
+    with pytest.raises(UserError, match="0 approval"):
+        read_release(artifact, [pub], require_approvals=1)
+    statuses = signature_statuses(artifact, [pub, rpub], read_release_unverified(artifact)
+                                  ["release_key_id"])
+    assert sorted(s.status for s in statuses) == ["verified", "verified"]
+
+
+def test_approval_over_a_changed_file_does_not_count(artifact, keys):
+    (_, pub, _), (rpriv, rpub, rkid) = keys["release"], keys["reviewer"]
+    assert cli("approve", str(artifact), "--key", str(rpriv), "--yes").returncode == 0
+    path = artifact / RELEASE_FILE
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"ed_triage_demo", b"ed_triage_demX", 1))
+    with pytest.raises(UserError, match="does not verify"):
+        read_release(artifact, [pub, rpub], require_approvals=1)
+    with pytest.raises(UserError, match="does not verify"):
+        read_release(artifact, [rpub])
+    doc = read_release_unverified(artifact)
+    statuses = signature_statuses(artifact, [pub, rpub], doc["release_key_id"])
+    assert {s.key_id: s.status for s in statuses}[rkid] == "INVALID"
+    assert [w.kind for w in signature_warnings(doc, statuses)] == ["signature", "signature"]
+
+
+def test_approve_refuses_the_release_key(artifact, keys):
+    r = cli("approve", str(artifact), "--key", str(keys["release"][0]), "--yes")
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1 and "different key" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(list((artifact / SIGNATURES_DIR).glob("*.sig"))) == 1
+
+
+def test_approve_without_a_terminal_needs_yes(artifact, keys):
+    r = cli("approve", str(artifact), "--key", str(keys["reviewer"][0]))
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1 and "--yes" in r.stderr
+    assert len(list((artifact / SIGNATURES_DIR).glob("*.sig"))) == 1
+
+
+@pytest.mark.parametrize("answer,signed", [("n", False), ("y", True)])
+def test_approve_asks_on_a_terminal(artifact, keys, answer, signed):
+    rkid = keys["reviewer"][2]
+    leader, follower = pty.openpty()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="200")
+    proc = subprocess.Popen([EXE, "approve", str(artifact), "--key", str(keys["reviewer"][0])],
+                            stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    os.write(leader, f"{answer}\n".encode())
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=120) == (0 if signed else 1), seen.decode(errors="replace")
+    assert b"Approve" in seen
+    assert (artifact / SIGNATURES_DIR / f"{rkid}.sig").exists() == signed
+
+
+# ----- a real browser -----------------------------------------------------------------------
+
+def _chromium(tmp_path: Path, page: Path, *extra: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"profile{len(list(tmp_path.glob('profile*')))}"
+    return subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={profile}", *extra, page.as_uri()],
+        capture_output=True, text=True, timeout=180)
+
+
+def _png_distinct_bytes(png: bytes) -> int:
+    """How many distinct byte values the image data holds (1-10 for a single colour)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(png):
+        n, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        if kind == b"IDAT":
+            idat += png[pos + 8:pos + 8 + n]
+        pos += 12 + n
+    return len(set(zlib.decompress(idat)))
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (the CI installs it)")
+def test_page_in_headless_chromium(hostile_artifact, tmp_path):
+    page = write_review_html(hostile_artifact)
+    png = tmp_path / "review.png"
+    shot = _chromium(tmp_path, page, f"--screenshot={png}", "--window-size=1400,3000")
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    data = png.read_bytes()
+    assert len(data) > 20_000
+    assert _png_distinct_bytes(data) > 64
+
+    for extra in ([], ["--blink-settings=scriptEnabled=false"]):
+        r = _chromium(tmp_path, page, "--enable-logging=stderr", "--v=0", "--dump-dom", *extra)
+        assert r.returncode == 0, r.stderr[-2000:]
+        console = [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
+        assert console == []
+        dom = r.stdout
+        assert "<svg" in dom
+        assert "Privacy ledger" in dom and "counts/class_balance" in dom and "total" in dom
+        assert "is not itself trusted" in dom
+        assert "<script" not in dom.lower() and "<img" not in dom.lower()
