@@ -27,12 +27,27 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lifetime-epsilon", type=float, help="lifetime budget of the dataset")
     p.add_argument("--invalid-rows", choices=["fail", "drop"],
                    help="what to do with rows that break the schema (default fail)")
+    sel = p.add_argument_group("selection (SelPE)")
+    sel.add_argument("--counts-share", type=float,
+                     help="share of epsilon for noisy counts; the rest goes to selection "
+                          "(default 0.5; 1 = counts only)")
+    sel.add_argument("--candidates", help="public JSONL pool of schema-valid candidate "
+                                          "records instead of LLM generation")
+    sel.add_argument("--model", help="GGUF for candidate generation (default: the bundled "
+                                     "Gemma 3 270M)")
+    sel.add_argument("--gpu-layers", type=int, help="layers to offload to a GPU (-1 = all)")
+    sel.add_argument("--rounds", type=int, help="T, selection rounds (default 5)")
+    sel.add_argument("--batches", type=int, help="b, disjoint private batches (default 5)")
+    sel.add_argument("--k", type=int, help="K, candidates per quota slot (default 3)")
 
 
 def _run(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
         "data", "schema", "dataset", "out", "release_key", "epsilon", "unit", "id_field",
-        "max_contributions", "lifetime_ledger", "lifetime_epsilon", "invalid_rows")}
+        "max_contributions", "lifetime_ledger", "lifetime_epsilon", "invalid_rows",
+        "candidates", "model", "gpu_layers", "rounds", "batches", "k")}
+    if args.counts_share is not None:
+        overrides.update(counts_share=args.counts_share, selection_share=1 - args.counts_share)
     cfg = load_config(args.config, overrides).check()
     console = Console(stderr=True, highlight=False)
     result = run_release(cfg, console)

@@ -41,10 +41,11 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from release.selection import SelectionConfig
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
@@ -79,8 +80,8 @@ class ReleaseConfig:
     release_key: Path
     epsilon: float = DEFAULT_EPSILON
     delta: float = 0.0
-    counts_share: float = 1.0
-    selection_share: float = 0.0
+    counts_share: float = 0.5
+    selection_share: float = 0.5
     lifetime_epsilon: float = DEFAULT_LIFETIME_EPSILON
     lifetime_ledger: Path = Path("enclave/ledger")
     unit: str = "row"
@@ -92,7 +93,16 @@ class ReleaseConfig:
     invalid_rows: str = "fail"
     cohorts: tuple[Cohort, ...] = ()
     rates: tuple[RateSpec, ...] = ()
-    selection: dict[str, Any] = field(default_factory=dict)
+    rounds: int = 5
+    k: int = 3
+    batches: int = 5
+    q: float = 1.0
+    schedule: tuple[float, ...] | None = None
+    candidates: Path | None = None
+    model: str | None = None
+    gpu_layers: int = 0
+    generation_seed: int = 0
+    channels: str | None = None
 
     @property
     def counts_epsilon(self) -> float:
@@ -101,6 +111,9 @@ class ReleaseConfig:
     @property
     def selection_epsilon(self) -> float:
         return self.epsilon * self.selection_share
+
+    def selection_config(self) -> SelectionConfig:
+        return SelectionConfig(self.rounds, self.k, self.batches, self.q, self.schedule)
 
     def check(self, schema: Schema | None = None) -> ReleaseConfig:
         """Raise a one-line `UserError` for anything invalid; return self for chaining."""
@@ -133,6 +146,11 @@ class ReleaseConfig:
                             "gamma + alpha < 1 (the rest is for histograms)")
         if self.n_min < 0:
             raise UserError("config: counts.n_min must be >= 0")
+        if self.selection_share > 0:
+            try:
+                self.selection_config()
+            except ValueError as e:
+                raise UserError(f"config: {e}") from None
         if self.invalid_rows not in ("fail", "drop"):
             raise UserError("config: invalid_rows must be 'fail' or 'drop'")
         names = [c.name for c in self.cohorts]
@@ -224,7 +242,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
     if "release_key" not in flat:
         raise UserError("config: 'release_key' is required (TOML release_key or --key); make "
                         "one with 'selpe-audit keygen keys/release.pem'")
-    for k in ("data", "schema", "out", "release_key", "lifetime_ledger"):
+    if "schedule" in flat:
+        flat["schedule"] = tuple(flat["schedule"])
+    for k in ("data", "schema", "out", "release_key", "lifetime_ledger", "candidates"):
         if k in flat:
             flat[k] = Path(flat[k])
     try:
@@ -241,6 +261,10 @@ _SECTIONS = {
     "privacy_unit": {"unit": "unit", "id_field": "id_field",
                      "max_contributions": "max_contributions"},
     "counts": {"gamma": "gamma", "alpha": "alpha", "n_min": "n_min"},
+    "selection": {"rounds": "rounds", "k": "k", "batches": "batches", "q": "q",
+                  "schedule": "schedule", "candidates": "candidates", "model": "model",
+                  "gpu_layers": "gpu_layers", "seed": "generation_seed",
+                  "channels": "channels"},
 }
 _TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows"}
 
@@ -260,8 +284,6 @@ def _flatten(raw: dict[str, Any], src: str) -> dict[str, Any]:
             flat["cohorts"] = tuple(_cohort(c, src) for c in value)
         elif key == "rates" and isinstance(value, list):
             flat["rates"] = tuple(_rate(r, src) for r in value)
-        elif key == "selection" and isinstance(value, dict):
-            flat["selection"] = dict(value)
         else:
             raise UserError(f"{src}: unknown setting '{key}'")
     return flat

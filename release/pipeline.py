@@ -14,19 +14,24 @@ from typing import Any
 
 from rich.console import Console
 
+from release.candidates import candidate_source
 from release.config import ReleaseConfig
 from release.counts import UNIT_COL, counts_section, derive_frame, plan_queries
 from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
 from release.opendp_mechanisms import PrivacyUnit, release_counts
 from release.private_data import PrivateTable, read_private_rows
+from release.selection import CONSTRUCTOR, PrivateClasses, run_selpe, unit_id_of
 from selpe_audit.artifact import FORMAT, FORMAT_VERSION, tool_versions, write_release
+from selpe_audit.embeddings import Embedder
 from selpe_audit.errors import UserError
 from selpe_audit.guarantees import derived_guarantees
+from selpe_audit.kernel import Kernel, KernelConfig
 from selpe_audit.schema import Schema, load_schema
 from selpe_audit.signing import key_id, load_private_key
 
-ACCOUNTANT = ("OpenDP: a Context compositor over the count queries (sequential composition), "
-              "each query's epsilon from its privacy map")
+ACCOUNTANT = ("OpenDP: a Context compositor over the count queries and an adaptive "
+              "compositor over the selection rounds, each entry's epsilon from its privacy "
+              "map; the two parts compose sequentially (total = their sum)")
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,13 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     unit = PrivacyUnit(UNIT_COL if person_field else None, cfg.max_contributions)
 
     ledger = LifetimeLedger(cfg.lifetime_ledger, cfg.dataset, cfg.lifetime_epsilon)
-    planned = cfg.counts_epsilon  # the selection share joins once selection rounds exist
+    planned = cfg.epsilon
+    source = None
+    if cfg.selection_share > 0:  # load models before any row is read: failures cost nothing
+        with con.status("loading the candidate generator and the embedder"):
+            source = candidate_source(schema, cfg.candidates, cfg.model, cfg.gpu_layers,
+                                      cfg.generation_seed)
+            kernel = Kernel(schema, Embedder(), KernelConfig(channels=cfg.channels))
     rid = ledger.reserve(planned, note=f"release to {cfg.out}")
     con.print(f"[bold]release[/] {cfg.dataset}: epsilon {planned:g} reserved in the lifetime "
               f"ledger ({ledger.spent():g} of {cfg.lifetime_epsilon:g} now committed)")
@@ -61,20 +72,73 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     # From here on DP mechanisms run: the reservation stands whatever happens.
     with con.status("noisy counts (OpenDP)"):
         frame = derive_frame(table.priv_rows, schema, cfg, person_field)
-        del table
         counts = release_counts(frame, unit, plan_queries(schema, cfg))
     entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0, r.scope,
                            r.composition) for r in counts.results]
+    counts_block = counts_section(schema, cfg, counts)
     total = counts.total_epsilon
+    selection = None
+    if source is not None:
+        with con.status("SelPE selection") as status:
+            priv = _private_classes(table.priv_rows, schema, kernel, person_field)
+            del table
+            rounds, sel_eps = run_selpe(schema, priv, kernel, source, cfg.selection_config(),
+                                        cfg.selection_epsilon, hints=class_hints(counts_block),
+                                        progress=status.update)
+            del priv
+        entries += [LedgerEntry(
+            f"selection/round/{r.round}", "report noisy max per batch", CONSTRUCTOR, r.scale,
+            r.epsilon, 0.0, f"round {r.round}: every class, {cfg.batches} disjoint batches each",
+            "parallel across batches and classes; sequential across rounds (OpenDP adaptive "
+            "composition)") for r in rounds]
+        total += sel_eps
+        selection = selection_section(cfg, kernel, source, rounds, sel_eps)
     if total > cfg.epsilon + 1e-9:
         raise RuntimeError("OpenDP accounting exceeds the configured budget")
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
-                         counts_section(schema, cfg, counts))
+                         counts_block, selection)
     path = write_release(cfg.out, doc, cfg.release_key)
     ledger.finish(rid, "released", epsilon=total)
     con.print(f"wrote and signed {path} in {time.perf_counter() - t0:.1f} s; "
               f"epsilon spent {total:g} of {cfg.epsilon:g}")
     return ReleaseResult(path, doc, 0)
+
+
+def _private_classes(priv_rows: list[dict[str, Any]], schema: Schema, kernel: Kernel,
+                     person_field: str | None) -> PrivateClasses:
+    """Private features per class, computed once and kept in memory only."""
+    by_class: dict[Any, list[dict[str, Any]]] = {c: [] for c in schema.classes}
+    for row in priv_rows:
+        by_class[row[schema.label]].append(row)
+    return PrivateClasses(
+        priv_features={c: kernel.featurize(rows) for c, rows in by_class.items() if rows},
+        priv_unit_ids={c: [unit_id_of(r, schema, person_field) for r in rows]
+                       for c, rows in by_class.items()})
+
+
+def class_hints(counts: dict[str, Any]) -> dict[Any, dict[str, str]]:
+    """Post-processing of DP counts: each class's most frequent category or bin per field."""
+    classes = counts["class_balance"]["classes"]
+    hints: dict[Any, dict[str, str]] = {c: {} for c in classes}
+    for name, h in counts["histograms"].items():
+        for c, row in zip(classes, h["dp_counts_by_class"], strict=True):
+            hints[c][name] = str(h["keys"][max(range(len(row)), key=row.__getitem__)])
+    return hints
+
+
+def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: Any, rounds: list,
+                      epsilon: float) -> dict[str, Any]:
+    sel = cfg.selection_config()
+    return {
+        "mechanism": "selpe",
+        "T": sel.rounds, "K": sel.k, "b": sel.batches, "q": sel.q,
+        "schedule": [r.epsilon for r in rounds],
+        "epsilon": epsilon,
+        "kernel": kernel.to_json(),
+        "candidates": source.describe(),
+        "rounds": [{"round": r.round, "epsilon": r.epsilon, "scale": r.scale, "quota": r.quota,
+                    "pool_size": sel.k * r.quota, "classes": r.classes} for r in rounds],
+    }
 
 
 def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,

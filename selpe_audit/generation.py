@@ -33,14 +33,17 @@ import numpy as np
 
 from selpe_audit import prompts
 from selpe_audit.errors import UserError
-from selpe_audit.grammar import max_record_chars, parse_record, record_gbnf
+from selpe_audit.grammar import RecordLayout, max_record_chars, parse_record, record_gbnf
 from selpe_audit.models import LLM
 from selpe_audit.schema import Schema
 
 # Token data as llama.cpp lays it out (llama_token_data: int32 id, float logit, float p).
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-# On a rejected draw, first try the grammar on this many of the most likely tokens.
+# On a rejected draw, first try the grammar on this many of the most likely tokens ...
 _TOP_CANDIDATES = 512
+# ... and accept that shortlist if the valid tokens outside it can carry at most this much
+# probability relative to the best valid token (below float32 resolution of the draw).
+_MASS_TOLERANCE = 1e-7
 # Room for the Stage II wording around the latent context, in tokens.
 _SUFFIX_SLACK = 24
 
@@ -61,6 +64,7 @@ class GenerationConfig:
     n_parallel: int = 4
     seed: int | None = None
     max_attempts: int = 3
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -86,6 +90,7 @@ class GenerationStats:
     truncated: int = 0
     context_tokens: int = 0
     record_tokens: int = 0
+    forced_tokens: int = 0
     prompt_tokens: int = 0
     rejections: int = 0
     full_masks: int = 0
@@ -93,6 +98,7 @@ class GenerationStats:
 
     @property
     def tokens(self) -> int:
+        """Sampled tokens (forced tokens are fed, not sampled, and counted apart)."""
         return self.context_tokens + self.record_tokens
 
     @property
@@ -152,8 +158,10 @@ class Decoder:
     """Runs requests on ``n_parallel`` sequences of one context, a grammar sampler each."""
 
     def __init__(self, llm: LLM, config: GenerationConfig, grammar: str | None,
-                 n_parallel: int, stats: GenerationStats) -> None:
+                 n_parallel: int, stats: GenerationStats,
+                 layout: RecordLayout | None = None) -> None:
         self.llm, self.lc, self.config, self.stats = llm, llm.lc, config, stats
+        self.layout = layout if config.fast_forward else None
         self.n_parallel = max(1, min(n_parallel, llm.n_seq))
         lc = self.lc
         self._grammars: list[Any] = []
@@ -241,21 +249,35 @@ class Decoder:
         self.lc.llama_sampler_apply(grammar, ctypes.byref(self._one))
         return self._cell[0].logit != float("-inf")
 
-    def _masked_draw(self, chain: Any, grammar: Any, idx: int, ids: np.ndarray,
-                     need: int) -> int | None:
-        """Draw from ``ids`` after the grammar masks them; None if fewer than ``need`` survive."""
-        lc = self.lc
+    def _masked_draw(self, chain: Any, grammar: Any, idx: int,
+                     ids: np.ndarray | None) -> int | None:
+        """Mask candidates by the grammar, then draw with the chain.
+
+        ``ids`` None means the whole vocabulary. With a subset (the most likely tokens) the
+        draw is refused (None) unless the valid tokens it may miss - fewer than top_k, each
+        less likely than every token in the subset - carry under ``_MASS_TOLERANCE`` of the
+        probability relative to the best valid token.
+        """
+        lc, cfg = self.lc, self.config
         logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.llm.ctx, idx),
                                        shape=(self.llm.n_vocab,))
-        m = len(ids)
+        m = self.llm.n_vocab if ids is None else len(ids)
         cand = self._cand[:m]
-        cand["id"] = ids
-        cand["logit"] = logits[ids]
+        cand["id"] = self._all_ids if ids is None else ids
+        cand["logit"] = logits if ids is None else logits[ids]
         cand["p"] = 0.0
+        floor = float(cand["logit"].min())
         arr = lc.llama_token_data_array(self._cand_ptr, m, -1, False)
         lc.llama_sampler_apply(grammar, ctypes.byref(arr))
-        if int(np.count_nonzero(cand["logit"] != -np.inf)) < need:
+        valid = cand["logit"] != -np.inf
+        count = int(np.count_nonzero(valid))
+        if count == 0:
             return None
+        if ids is not None and cfg.temperature > 0 and (cfg.top_k == 0 or count < cfg.top_k):
+            missing = (cfg.top_k or self.llm.n_vocab) - count
+            best = float(cand["logit"][valid].max())
+            if missing * np.exp((floor - best) / cfg.temperature) > _MASS_TOLERANCE:
+                return None
         lc.llama_sampler_apply(chain, ctypes.byref(arr))
         if arr.selected < 0:
             return None
@@ -271,17 +293,15 @@ class Decoder:
             return tok
         if not self.allows(grammar, tok):
             self.stats.rejections += 1
-            cfg = self.config
-            need = 1 if cfg.temperature <= 0 else cfg.top_k
             got = None
-            if need > 0 and _TOP_CANDIDATES < self.llm.n_vocab:
+            if self.llm.n_vocab > _TOP_CANDIDATES:
                 logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.llm.ctx, idx),
                                                shape=(self.llm.n_vocab,))
                 top = np.argpartition(logits, -_TOP_CANDIDATES)[-_TOP_CANDIDATES:]
-                got = self._masked_draw(chain, grammar, idx, top.astype(np.int32), need)
+                got = self._masked_draw(chain, grammar, idx, top.astype(np.int32))
             if got is None:
                 self.stats.full_masks += 1
-                got = self._masked_draw(chain, grammar, idx, self._all_ids, 1)
+                got = self._masked_draw(chain, grammar, idx, None)
             if got is None:
                 return None
             tok = got
@@ -381,12 +401,34 @@ class Decoder:
             s.out += piece[:piece.index(b"\n")]
             return True
         s.out += piece
-        if grammar is not None and b"}" in piece and self.allows(grammar, self.llm.eos):
-            return True
+        s.pending = [tok]
+        if grammar is not None:
+            if self.layout is not None:
+                self._fast_forward(s, grammar)
+            if s.out.endswith(b"}") and self.allows(grammar, self.llm.eos):
+                return True
         if s.n_out >= req.max_tokens:
             return False
-        s.pending = [tok]
         return None
+
+    def _fast_forward(self, s: _Slot, grammar: Any) -> None:
+        """Append the text the grammar forces next; it is decoded with the sampled token."""
+        assert self.layout is not None
+        try:
+            text = s.out.decode("utf-8")
+        except UnicodeDecodeError:
+            return  # in the middle of a character: nothing safe to force
+        forced = self.layout.forced(text)
+        if not forced:
+            return
+        for tok in self.llm.tokenize(forced):
+            if not self.allows(grammar, tok):
+                break
+            self.lc.llama_sampler_accept(grammar, tok)
+            s.out += self.llm.piece(tok)
+            s.pending.append(tok)
+            s.n_out += 1
+            self.stats.forced_tokens += 1
 
 
 # ----- records -----------------------------------------------------------------------------
@@ -477,7 +519,8 @@ class RecordGenerator:
         grammar = record_gbnf(schema, class_value, leading_space=True)
         prefix_tokens, n_par = self._fit(class_value, positives, negatives, hints)
         stats = GenerationStats()
-        decoder = Decoder(self.llm, cfg, grammar, n_par, stats)
+        layout = RecordLayout(schema, class_value)
+        decoder = Decoder(self.llm, cfg, grammar, n_par, stats, layout)
         records: list[dict] = []
         queue: deque[Request] = deque()
         counters = {"attempts": 0, "in_flight": 0}

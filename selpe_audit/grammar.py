@@ -267,6 +267,92 @@ def max_record_chars(schema: Schema) -> int:
     return 2 + keys + sum(max_value_chars(f) for f in schema.record_fields)
 
 
+# ----- forced text (jump-forward decoding) --------------------------------------------------
+
+class RecordLayout:
+    """Which text the grammar forces next, so the generator can feed it without sampling.
+
+    In ``{"age":44,"sex":"female",...}`` every key, the separators, the quote that opens a
+    string and the rest of an enum value once only one value fits are forced; so is the whole
+    label when it is fixed. ``forced(prefix)`` returns that text for a valid record prefix.
+    """
+
+    def __init__(self, schema: Schema, class_value: Any = None) -> None:
+        self.fields = schema.record_fields
+        self.keys = [("{" if i == 0 else ",") + json_text(f.name) + ":"
+                     for i, f in enumerate(self.fields)]
+        self.alts: list[list[str] | None] = []
+        for f in self.fields:
+            if f.name == schema.label and class_value is not None:
+                self.alts.append([json_text(class_value)])
+            elif f.kind == "categorical":
+                self.alts.append([json_text(v) for v in f.enum])
+            else:
+                self.alts.append(None)
+
+    def _after(self, i: int) -> str:
+        """Forced text once field ``i``'s value is complete."""
+        if i + 1 == len(self.fields):
+            return "}"
+        return self.keys[i + 1] + self._value(i + 1, "")
+
+    def _value(self, i: int, partial: str) -> str:
+        """Forced text while field ``i``'s value so far is ``partial``."""
+        f, alts = self.fields[i], self.alts[i]
+        if alts is not None:
+            fits = [a for a in alts if a.startswith(partial)]
+            if len(fits) == 1:
+                return fits[0][len(partial):] + self._after(i)
+            return _common_prefix(fits)[len(partial):] if fits else ""
+        if f.kind == "text":
+            if not partial:
+                return '"'
+            return '"' + self._after(i) if len(partial) - 1 == f.max_length else ""
+        return "-" if not partial and f.maximum is not None and f.maximum < 0 else ""
+
+    def forced(self, text: str) -> str:
+        """The text every valid completion of ``text`` continues with ("" if none is forced)."""
+        pos = 1 if text.startswith(" ") else 0
+        if pos == len(text):
+            return self.keys[0] + self._value(0, "") if pos else ""
+        for i in range(len(self.fields)):
+            rest = text[pos:]
+            if len(rest) <= len(self.keys[i]):
+                return self.keys[i][len(rest):] + self._value(i, "")
+            pos += len(self.keys[i])
+            rest = text[pos:]
+            end = self._value_end(i, rest)
+            if end is None:
+                return self._value(i, rest)
+            pos += end
+        return "" if pos < len(text) else "}"
+
+    def _value_end(self, i: int, rest: str) -> int | None:
+        """Length of field ``i``'s complete value at the start of ``rest``, None if unfinished."""
+        alts = self.alts[i]
+        if alts is not None:
+            for a in alts:
+                if rest.startswith(a) and rest[len(a):len(a) + 1] in (",", "}"):
+                    return len(a)
+            return None
+        if self.fields[i].kind == "text":
+            close = rest.find('"', 1)
+            return close + 1 if close > 0 else None
+        m = _NUMBER_PREFIX.match(rest)
+        return m.end() if m and m.end() < len(rest) else None
+
+
+_NUMBER_PREFIX = re.compile(r"-?[0-9.]*")
+
+
+def _common_prefix(texts: list[str]) -> str:
+    first, last = min(texts), max(texts)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
 # ----- rendering and parsing ----------------------------------------------------------------
 
 def format_field(f: Field, value: Any) -> str:

@@ -71,8 +71,13 @@ def channel_kind(name: str) -> str:
 
 
 def available_channels(schema: Schema) -> list[str]:
-    """Every channel the schema supports, in canonical order (fields, global, numerics)."""
-    return ([FIELD_PREFIX + f.name for f in schema.record_fields] + [GLOBAL]
+    """Every channel the schema supports, in canonical order (fields, global, numerics).
+
+    The label has no field channel: records are compared within one class, where the label
+    is constant and its channel would only dilute the others.
+    """
+    return ([FIELD_PREFIX + f.name for f in schema.record_fields if f.name != schema.label]
+            + [GLOBAL]
             + [NUM_PREFIX + f.name for f in schema.by_kind("numeric")])
 
 

@@ -67,7 +67,7 @@ def _recorded_hash(path: Path) -> str | None:
     side = path.with_name(path.name + _HASH_SUFFIX)
     try:
         rec = json.loads(side.read_text(encoding="utf-8"))
-        if rec.get("size") == path.stat().st_size and rec.get("mtime_ns") == path.stat().st_mtime_ns:
+        if {k: rec.get(k) for k in ("size", "mtime_ns")} == _stat_key(path):
             return str(rec["sha256"])
     except (OSError, ValueError, KeyError, AttributeError):
         pass
@@ -255,17 +255,21 @@ class LLM:
             self.close()
 
     # --- text <-> tokens ---
-    def tokenize(self, text: str, *, bos: bool = False) -> list[int]:
-        """Tokens of ``text``; control tokens written as text (``<start_of_turn>``) are parsed."""
+    def tokenize(self, text: str, *, bos: bool = False, special: bool = False) -> list[int]:
+        """Tokens of ``text`` (with the model's BOS if ``bos``).
+
+        Text that looks like a control token (``<start_of_turn>``) stays plain text unless
+        ``special``: record values must never turn into control tokens.
+        """
         raw = text.encode("utf-8")
+        add = bos and self.add_bos
         cap = len(raw) + 8
         buf = (self.lc.llama_token * cap)()
-        n = self.lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, bos and self.add_bos, True)
+        n = self.lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add, special)
         if n < 0:
             cap = -n
             buf = (self.lc.llama_token * cap)()
-            n = self.lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, bos and self.add_bos,
-                                       True)
+            n = self.lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add, special)
         return list(buf[:n])
 
     def piece(self, token: int) -> bytes:

@@ -9,6 +9,7 @@ floor, exemplar text that looks like personal data - for a human to judge.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 
 from selpe_audit.artifact import RELEASE_FILE
+from selpe_audit.canonical import canonical_bytes
 from selpe_audit.signing import SIGNATURES_DIR, key_id, load_public_key
 
 EPSILON_HIGH = 4.0  # above this the guarantees are weak enough that a reviewer must decide
@@ -110,7 +112,7 @@ def signature_statuses(artifact_dir: str | Path, trusted: list[str | Path],
 class ReviewWarning:
     """Something a reviewer must look at: which rule fired, where, and on what."""
 
-    kind: str  # "epsilon", "signature", "small counts", "personal data"
+    kind: str  # "signature", "schema", "epsilon", "personal data", "small counts"
     where: str
     reason: str
 
@@ -127,7 +129,7 @@ PERSONAL_DATA_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
                 rf"{_NAME}\s+{_NAME}")),
     ("email address", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
     ("date (d/m/y or y-m-d)",
-     re.compile(r"\b(?:\d{1,2}[/.-]\d{1,2}[/.-](?:\d{4}|\d{2})|\d{4}-\d{1,2}-\d{1,2})\b")),
+     re.compile(r"\b(?:\d{1,2}([/.-])\d{1,2}\1(?:\d{4}|\d{2})|\d{4}-\d{1,2}-\d{1,2})\b")),
     ("date (month name)",
      re.compile(r"(?i:\b(?:\d{1,2}(?:st|nd|rd|th)?\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep"
                 r"|sept|oct|nov|dec)[a-z]*\.?\s+(?:\d{1,2}(?:st|nd|rd|th)?,?\s+)?\d{4}\b)")),
@@ -162,11 +164,12 @@ def personal_data_hits(text: str) -> list[tuple[str, str]]:
 
 def review_warnings(doc: dict[str, Any]) -> list[ReviewWarning]:
     """Every warning for the document, in the order the page shows its sections."""
-    return [*_epsilon_warnings(doc), *_exemplar_warnings(doc), *_count_warnings(doc)]
+    return [*_schema_warnings(doc), *_epsilon_warnings(doc), *_exemplar_warnings(doc),
+            *_count_warnings(doc)]
 
 
 def signature_warnings(doc: dict[str, Any],
-                              statuses: list[SignatureStatus]) -> list[ReviewWarning]:
+                       statuses: list[SignatureStatus]) -> list[ReviewWarning]:
     """A release with no signature by its own release key, or one that fails."""
     rk = doc.get("release_key_id")
     mine = [s for s in statuses if s.is_release_key]
@@ -179,6 +182,19 @@ def signature_warnings(doc: dict[str, Any],
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _schema_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
+    """The stated schema hash must be the hash of the schema the document carries."""
+    try:
+        actual = hashlib.sha256(canonical_bytes(doc.get("schema"))).hexdigest()
+    except ValueError:
+        actual = None
+    if actual != doc.get("schema_sha256"):
+        yield ReviewWarning("schema", "schema_sha256",
+                            "does not match the schema in release.json: decoders that check "
+                            "the hash will refuse it, and the schema shown may not be the one "
+                            "the release used")
 
 
 def _epsilon_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
@@ -294,11 +310,13 @@ def record_layout(doc: dict[str, Any], rec: dict[str, Any]) -> tuple[list[str], 
     props = as_dict(schema.get("properties"))
     order = [str(f) for f in as_list(schema.get("x-field-order"))]
     keys = [k for k in order if k in rec] + sorted(k for k in rec if k not in order)
+
     def is_text(k: str) -> bool:
         p = as_dict(props.get(k))
         if p:
             return p.get("type") == "string" and "enum" not in p
         return isinstance(rec[k], str) and len(rec[k]) > 30
+
     texts = [k for k in keys if is_text(k)]
     return texts, [k for k in keys if k not in texts]
 

@@ -89,6 +89,11 @@ class _Chart:
     VALUE_W = 58
     MAX_LABEL = 34
 
+    def __post_init__(self) -> None:
+        """A malformed block with more counts than keys still shows every count."""
+        n = max([len(self.rows), *(len(c.cells) for c in self.columns)])
+        self.rows = self.rows + ["(no key)"] * (n - len(self.rows))
+
     def svg(self) -> str:
         labels = [r if len(r) <= self.MAX_LABEL else r[: self.MAX_LABEL - 1] + "…"
                   for r in self.rows]
@@ -115,8 +120,10 @@ class _Chart:
     def _column(self, col: _Column, x0: int, domain: tuple[float, float]) -> str:
         lo, hi = domain
         bar_w = self.COL_W - self.VALUE_W - 16
+
         def x(v: float) -> float:
             return x0 + 8 + (v - lo) / (hi - lo) * bar_w
+
         bottom = self.HEAD_H + self.ROW_H * len(self.rows)
         out = [f'<line class="sep" x1="{x0}" y1="4" x2="{x0}" y2="{bottom}"/>',
                f'<text class="colhead" x="{x0 + self.COL_W / 2:.1f}" y="19" '
@@ -125,7 +132,7 @@ class _Chart:
                f'y2="{bottom}"/>']
         for i, c in enumerate(col.cells):
             y = self.HEAD_H + i * self.ROW_H
-            tip = f"{col.header} · {self.rows[i] if i < len(self.rows) else ''}: {c.text}"
+            tip = f"{col.header} · {self.rows[i]}: {c.text}"
             if c.note:
                 tip += f" ({c.note})"
             out.append(f"<g><title>{_e(tip)}</title>")

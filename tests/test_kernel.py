@@ -237,9 +237,9 @@ def test_missing_scale_is_an_error_naming_the_channel():
 
 def test_default_config_weighs_every_channel_equally():
     kernel = Kernel(TINY, None)
-    assert kernel.channels == ["field:x", "field:y", "field:color", "field:note", "field:label",
-                               "global", "num:x", "num:y"]
-    assert all(w == pytest.approx(1 / 8) for w in kernel.weights.values())
+    assert kernel.channels == ["field:x", "field:y", "field:color", "field:note",
+                               "global", "num:x", "num:y"]  # no channel for the label
+    assert all(w == pytest.approx(1 / 7) for w in kernel.weights.values())
     assert math.fsum(kernel.weights.values()) == pytest.approx(1.0)
 
 

@@ -3,15 +3,18 @@ approval signatures as `read_release` counts them."""
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import json
 import os
 import pty
+import select
 import shutil
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
@@ -160,6 +163,23 @@ def test_write_review_html_default_path(demo_artifact, tmp_path):
     assert not list(art.glob(".review.html.*"))  # atomic write left no temporary file
 
 
+def test_review_tolerates_unknown_keys_and_odd_shapes(demo_artifact, keys, tmp_path):
+    doc = read_release_unverified(demo_artifact)
+    doc["counts"]["future_block"] = {"dp_counts": [1, 2]}
+    doc["counts"]["histograms"]["sex"]["dp_counts_by_class"][0].append(7)  # a count too many
+    doc["selection"] = {"rounds": [{"round": 1, "classes": [
+        {"class": 1, "winners": [{"note": ["Dr. Who", {"nested": 1}]}, "not a record"],
+         "partners": None, "future": True}]}, "odd"], "new_config": {"x": 1}}
+    write_release(tmp_path / "art", doc, keys["release"][0])
+    r = cli("review", str(tmp_path / "art"))
+    assert r.returncode == 0, r.stderr
+    assert "future_block" in r.stdout and "Dr. Who" in r.stdout
+    page = (tmp_path / "art" / REVIEW_FILE).read_text(encoding="utf-8")
+    assert "future_block" in page and "new_config" in page and ">7</text>" in page
+    assert any(w.where == "round 1, class 1, winner 1, field note[0]"
+               for w in review_warnings(doc))
+
+
 # ----- escaping -----------------------------------------------------------------------------
 
 ALLOWED_TAGS = {"html", "head", "meta", "link", "title", "style", "body", "header", "div", "h1",
@@ -219,6 +239,7 @@ def test_warnings_flag_personal_data_with_reason_and_place(hostile_artifact):
     ("Dr. Jones saw her", "title and name"), ("name: Jane Doe", "name: Xxx Yyy"),
     ("patient Jane Doe fell", "patient Xxx Yyy"), ("jane.doe@example.org", "email"),
     ("+44 20 7946 0958", "phone"), ("seen 03/12/2024", "date"), ("on 2024-03-12", "date"),
+    ("born 3.12.84", "date"),
     ("since March 3, 2024", "month name"), ("MRN: 00123456", "MRN"), ("id P000123", "id-like"),
 ])
 def test_personal_data_patterns(text, pattern):
@@ -227,10 +248,17 @@ def test_personal_data_patterns(text, pattern):
 
 @pytest.mark.parametrize("text", [
     "chest pain for 2 days, HR 120-130", "BP 120/80, temp 38.5", "pain 7/10 since May",
-    "fell from 2 m height", "sore throat x 3 days", "O2 94% on 2 L/min",
+    "fell from 2 m height", "sore throat x 3 days", "O2 94% on 2 L/min", "temp 36.5-37.5",
 ])
 def test_clinical_text_is_not_flagged(text):
     assert personal_data_hits(text) == []
+
+
+def test_warnings_flag_a_schema_hash_that_does_not_match(demo_artifact, hostile_artifact):
+    assert not [w for w in review_warnings(read_release_unverified(demo_artifact))
+                if w.kind == "schema"]
+    assert [w.where for w in review_warnings(read_release_unverified(hostile_artifact))
+            if w.kind == "schema"] == ["schema_sha256"]
 
 
 def test_warnings_flag_high_epsilon_and_small_counts(demo_artifact):
@@ -347,23 +375,130 @@ def _png_distinct_bytes(png: bytes) -> int:
     return len(set(zlib.decompress(idat)))
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (the CI installs it)")
+def _check_page(dom: str) -> None:
+    assert "<svg" in dom
+    assert "Privacy ledger" in dom and "counts/class_balance" in dom and "total" in dom
+    assert "is not itself trusted" in dom
+    assert "<script" not in dom.lower() and "<img" not in dom.lower()
+
+
+def _check_png(png: bytes) -> None:
+    assert len(png) > 20_000
+    assert _png_distinct_bytes(png) > 64
+
+
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
+                                    reason="needs /usr/bin/chromium (the CI installs it)")
+
+
+@needs_chromium
 def test_page_in_headless_chromium(hostile_artifact, tmp_path):
     page = write_review_html(hostile_artifact)
     png = tmp_path / "review.png"
     shot = _chromium(tmp_path, page, f"--screenshot={png}", "--window-size=1400,3000")
     assert shot.returncode == 0, shot.stderr[-2000:]
-    data = png.read_bytes()
-    assert len(data) > 20_000
-    assert _png_distinct_bytes(data) > 64
+    _check_png(png.read_bytes())
+    r = _chromium(tmp_path, page, "--enable-logging=stderr", "--v=0", "--dump-dom")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [line for line in r.stderr.splitlines() if ":CONSOLE" in line] == []
+    _check_page(r.stdout)
 
-    for extra in ([], ["--blink-settings=scriptEnabled=false"]):
-        r = _chromium(tmp_path, page, "--enable-logging=stderr", "--v=0", "--dump-dom", *extra)
-        assert r.returncode == 0, r.stderr[-2000:]
-        console = [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
-        assert console == []
-        dom = r.stdout
-        assert "<svg" in dom
-        assert "Privacy ledger" in dom and "counts/class_balance" in dom and "total" in dom
-        assert "is not itself trusted" in dom
-        assert "<script" not in dom.lower() and "<img" not in dom.lower()
+
+class _DevTools:
+    """Chromium's DevTools protocol over --remote-debugging-pipe (fds 3 and 4, NUL-framed).
+
+    Needed for the JavaScript-off check: with --blink-settings=scriptEnabled=false the
+    --dump-dom and --screenshot switches produce nothing (they run script to do their
+    job), whereas DOM.getOuterHTML and Page.captureScreenshot do not.
+    """
+
+    def __init__(self, profile: Path, *flags: str) -> None:
+        self.proc = subprocess.Popen(
+            ["bash", "-c", 'exec "$@" 3<&0 4>&1 0</dev/null 1>/dev/null', "_", str(CHROMIUM),
+             "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--remote-debugging-pipe", *flags],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.buf = b""
+        self.events: list[dict] = []
+        self.last_id = 0
+
+    def _read(self, deadline: float) -> dict:
+        assert self.proc.stdout is not None
+        while b"\0" not in self.buf:
+            ready, _, _ = select.select([self.proc.stdout], [], [],
+                                        max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError("chromium did not answer")
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                raise EOFError("chromium closed the pipe")
+            self.buf += chunk
+        msg, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        assert self.proc.stdin is not None
+        self.last_id += 1
+        msg = {"id": self.last_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        self.proc.stdin.write(json.dumps(msg).encode() + b"\0")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        while True:
+            got = self._read(deadline)
+            if got.get("id") == self.last_id:
+                assert "error" not in got, got
+                return got["result"]
+            self.events.append(got)
+
+    def open(self, session: str, url: str) -> tuple[str, bytes]:
+        """Load ``url``; return its DOM and a screenshot."""
+        self.events.clear()
+        self.call("Page.navigate", session, url=url)
+        deadline = time.monotonic() + 60
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            self.events.append(self._read(deadline))
+        root = self.call("DOM.getDocument", session)["root"]["nodeId"]
+        dom = self.call("DOM.getOuterHTML", session, nodeId=root)["outerHTML"]
+        png = base64.b64decode(self.call("Page.captureScreenshot", session, format="png")["data"])
+        return dom, png
+
+    def problems(self) -> list[dict]:
+        """Console output, uncaught exceptions and browser-logged errors (e.g. CSP)."""
+        return [e for e in self.events
+                if e.get("method") in ("Runtime.consoleAPICalled", "Runtime.exceptionThrown")
+                or (e.get("method") == "Log.entryAdded"
+                    and e["params"]["entry"]["level"] in ("error", "warning"))]
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        finally:
+            self.proc.wait(timeout=30)
+
+
+@needs_chromium
+def test_page_renders_with_javascript_disabled(hostile_artifact, tmp_path):
+    page = write_review_html(hostile_artifact)
+    control = tmp_path / "control.html"
+    control.write_text("<html><body><p>x</p><script>document.body.setAttribute('data-js', "
+                       "'ran')</script></body></html>")
+    tools = _DevTools(tmp_path / "profile", "--blink-settings=scriptEnabled=false")
+    try:
+        target = tools.call("Target.createTarget", url="about:blank")["targetId"]
+        session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Page", "Runtime", "Log"):
+            tools.call(f"{domain}.enable", session)
+        tools.call("Emulation.setDeviceMetricsOverride", session, width=1400, height=3000,
+                   deviceScaleFactor=1, mobile=False)
+        control_dom, _ = tools.open(session, control.as_uri())
+        assert 'data-js="ran"' not in control_dom  # JavaScript really is off
+        dom, png = tools.open(session, page.as_uri())
+        assert tools.problems() == []
+    finally:
+        tools.close()
+    _check_page(dom)
+    _check_png(png)
+    (tmp_path / "review-nojs.png").write_bytes(png)
