@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint install bench
+.PHONY: demo test lint install bench wheelhouse
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	VENV=$(VENV) scripts/install.sh
@@ -25,3 +25,8 @@ test: lint
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks
+
+# Every wheel an air-gapped enclave needs, into $(WHEELHOUSE) (docs/deployment.md).
+WHEELHOUSE ?= wheelhouse
+wheelhouse:
+	scripts/wheelhouse.sh $(WHEELHOUSE)

@@ -26,6 +26,7 @@ from selpe_audit.embeddings import Embedder
 from selpe_audit.errors import UserError
 from selpe_audit.guarantees import derived_guarantees
 from selpe_audit.kernel import Kernel, KernelConfig
+from selpe_audit.review_html import write_review_html
 from selpe_audit.schema import Schema, load_schema
 from selpe_audit.signing import key_id, load_private_key
 
@@ -98,6 +99,7 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
                          counts_block, selection)
     path = write_release(cfg.out, doc, cfg.release_key)
+    write_review_html(cfg.out, doc)
     ledger.finish(rid, "released", epsilon=total)
     con.print(f"wrote and signed {path} in {time.perf_counter() - t0:.1f} s; "
               f"epsilon spent {total:g} of {cfg.epsilon:g}")
