@@ -1,13 +1,302 @@
-"""``selpe-audit audit``: membership inference, mechanism, fidelity and utility audits."""
+"""``selpe-audit audit <kind>``: membership inference, mechanism, fidelity and utility audits.
+
+Each kind writes a JSON report (``--report``; default next to the synthetic file, or in
+the current folder) and prints a summary. Reports are statistics of private rows, not DP
+outputs: they stay in the enclave and are never written into an artifact folder. Exit
+status: 0 when the audit ran and found nothing wrong, 1 when it found a violation (a
+mechanism's empirical epsilon above its claim, or an MIA beyond the DP bound), 2 for user
+errors.
+"""
 
 from __future__ import annotations
 
-from selpe_audit.command import Command, no_arguments, not_available
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from audits import anonymeter_risks, fidelity, mechanism, mia, utility
+from audits.io import (
+    REPORT_NOTE,
+    default_report_path,
+    file_info,
+    load_embedder,
+    load_record_schema,
+    subsample,
+    write_report,
+)
+from release.private_data import InvalidPolicy, read_private_rows
+from selpe_audit import __version__
+from selpe_audit.command import Command
+from selpe_audit.errors import UserError
+from selpe_audit.kernel import CHANNEL_SETS, KernelConfig, channel_kind
+from selpe_audit.schema import Schema, demo_schema_path, load_schema
+
+KINDS = ("mia", "mechanism", "fidelity", "utility")
+
+
+# ----- arguments ---------------------------------------------------------------------------
+
+def _common(p: argparse.ArgumentParser, synthetic: bool = True) -> None:
+    if synthetic:
+        p.add_argument("--synthetic", required=True,
+                       help="synthetic records (.csv, .parquet or .jsonl)")
+        p.add_argument("--schema", required=True, help="dataset schema (JSON)")
+        p.add_argument("--invalid-rows", choices=["fail", "drop"], default="fail",
+                       help="private rows that break the schema: stop (default) or leave out")
+    p.add_argument("--report", help="JSON report to write (default: next to the synthetic "
+                                    "file, else ./audit-<kind>.json)")
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="audit_kind", metavar="KIND")
+    m = sub.add_parser("mia", help="membership inference (DCR attack) vs. the DP bound",
+                       description=mia.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(m)
+    m.add_argument("--members", required=True, help="private rows the release used")
+    m.add_argument("--non-members", required=True, help="held-out private rows it did not use")
+    m.add_argument("--artifact", help="release artifact folder: compare with its epsilon")
+    m.add_argument("--trust", action="append", default=[],
+                   help="public key to verify the artifact with (repeatable; without it the "
+                        "epsilon is read unverified)")
+    m.add_argument("--epsilon", type=float, help="compare with this epsilon (no artifact)")
+    m.add_argument("--variants", default=",".join(mia.VARIANTS),
+                   help="comma-separated attacks: kernel, tfidf (default both)")
+    m.add_argument("--kernel-channels", choices=sorted(CHANNEL_SETS),
+                   help="kernel channel set (default full; 'numeric' needs no embedder)")
+    m.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
+    m.add_argument("--max-targets", type=int, default=2000,
+                   help="at most this many members and non-members each (seeded sample)")
+    m.add_argument("--seed", type=int, default=0, help="seed of sampling and bootstrap")
+    m.add_argument("--no-anonymeter", action="store_true", help="skip anonymeter's attacks")
+    m.add_argument("--anonymeter-attacks", type=int, default=500)
+
+    k = sub.add_parser("mechanism", help="Monte-Carlo epsilon audit of the release mechanisms",
+                       description=mechanism.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(k, synthetic=False)
+    k.add_argument("--kind", choices=[*mechanism.KINDS, "all"], default="all")
+    k.add_argument("--runs", type=int, help="fresh runs per dataset (default: selection "
+                   f"{mechanism.DEFAULT_RUNS['selection']}, counts "
+                   f"{mechanism.DEFAULT_RUNS['counts']})")
+    k.add_argument("--calibration-runs", type=int, help="runs per dataset to choose the test "
+                                                        "(default half of --runs, >= 100)")
+    k.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon (default 1)")
+    k.add_argument("--calibrate-to", type=float,
+                   help="calibrate the mechanism to this epsilon instead of the claim (a "
+                        "self-check: a value above --epsilon must FAIL)")
+    k.add_argument("--candidates", type=int, default=mechanism.DEFAULT_CANDIDATES,
+                   help=f"selection candidates (default {mechanism.DEFAULT_CANDIDATES})")
+    k.add_argument("--field", default=mechanism.COUNTS_FIELD,
+                   help=f"histogram audited by the counts audit (default {mechanism.COUNTS_FIELD})")
+
+    f = sub.add_parser("fidelity", help="schema validity and 1-/2-way TVD to real data",
+                       description=fidelity.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(f)
+    f.add_argument("--real", required=True, help="real (private) rows to compare with")
+
+    u = sub.add_parser("utility", help="train on synthetic, test on real (macro OvR ROC AUC)",
+                       description=utility.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(u)
+    u.add_argument("--real-train", required=True, help="real rows for the same-size baseline")
+    u.add_argument("--real-test", required=True, help="real rows to test on")
+    u.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
+    u.add_argument("--seed", type=int, default=0)
+
+
+# ----- helpers -----------------------------------------------------------------------------
+
+def _private(path: str, schema: Schema, invalid: InvalidPolicy) -> list[dict[str, Any]]:
+    return read_private_rows(path, schema, invalid=invalid).priv_rows
+
+
+def _report(kind: str, inputs: dict[str, str], config: dict[str, Any], result: dict[str, Any],
+            t0: float) -> dict[str, Any]:
+    note = ("computed from fictional demo data and the release's mechanisms only"
+            if kind == "mechanism" else REPORT_NOTE)
+    return {"kind": kind, "tool": f"selpe-audit {__version__}", "privacy": note,
+            "inputs": {k: file_info(v) for k, v in inputs.items()}, "config": config,
+            "result": result, "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+def _finish(kind: str, args: argparse.Namespace, report: dict[str, Any], render: Any) -> Path:
+    path = Path(args.report) if args.report else default_report_path(
+        kind, getattr(args, "synthetic", None))
+    out = write_report(path, report)
+    render(report, Console(highlight=False))
+    Console(highlight=False).print(f"report: {out}")
+    return out
+
+
+def _artifact_epsilon(args: argparse.Namespace) -> tuple[float | None, float, dict[str, Any]]:
+    if args.artifact and args.epsilon is not None:
+        raise UserError("give --artifact or --epsilon, not both")
+    if args.trust and not args.artifact:
+        raise UserError("--trust verifies an artifact: pass --artifact too")
+    if args.epsilon is not None:
+        if args.epsilon < 0:
+            raise UserError("--epsilon must be >= 0")
+        return args.epsilon, 0.0, {"source": "--epsilon"}
+    if not args.artifact:
+        return None, 0.0, {"source": None}
+    from selpe_audit.artifact import read_release, read_release_unverified
+
+    if args.trust:
+        doc = read_release(args.artifact, args.trust).doc
+    else:
+        doc = read_release_unverified(args.artifact)
+    ledger = doc["ledger"]
+    return (float(ledger["total_epsilon"]), float(ledger["total_delta"]),
+            {"source": str(Path(args.artifact)), "signature_verified": bool(args.trust)})
+
+
+# ----- kinds -------------------------------------------------------------------------------
+
+def _run_mia(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    try:
+        cfg = mia.MiaConfig(variants=variants, kernel_channels=args.kernel_channels,
+                            seed=args.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.max_targets is not None and args.max_targets < 1:
+        raise UserError("--max-targets must be at least 1")
+    epsilon, delta, eps_source = _artifact_epsilon(args)
+    schema = load_record_schema(args.schema)
+    syn = _private(args.synthetic, schema, "fail")
+    members = _private(args.members, schema, args.invalid_rows)
+    non_members = _private(args.non_members, schema, args.invalid_rows)
+    n_mem, n_non = len(members), len(non_members)
+    members = subsample(members, args.max_targets, args.seed)
+    non_members = subsample(non_members, args.max_targets, args.seed + 1)
+    embedder = None
+    if "kernel" in variants:
+        channels = KernelConfig(channels=args.kernel_channels).resolve(schema)
+        if any(channel_kind(c) != "num" for c in channels):
+            embedder = load_embedder(args.embedder)
+    console = Console(stderr=True, highlight=False)
+    with console.status("membership inference: distances to the synthetic records"):
+        result = mia.run_mia(schema, syn, members, non_members, cfg, embedder, epsilon, delta)
+    result["epsilon_source"] = eps_source
+    result["sizes"].update({"members_in_file": n_mem, "non_members_in_file": n_non})
+    if args.no_anonymeter:
+        anon: dict[str, Any] = {"status": "skipped", "detail": "--no-anonymeter"}
+    else:
+        with console.status("anonymeter attacks"):
+            anon = anonymeter_risks.run_anonymeter(schema, syn, members, non_members,
+                                                   args.anonymeter_attacks, args.seed)
+    config = {"variants": list(variants), "kernel_channels": args.kernel_channels or "full",
+              "fprs": list(cfg.fprs), "seed": args.seed, "bootstrap": cfg.bootstrap,
+              "max_targets": args.max_targets}
+    inputs = {"synthetic": args.synthetic, "members": args.members,
+              "non_members": args.non_members, "schema": args.schema}
+    report = _report("mia", inputs, config, result, t0)
+    report["anonymeter"] = anon
+    _finish("mia", args, report, mia.render)
+    return 1 if result.get("bound_violations") else 0
+
+
+def _run_mechanism(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    if not args.epsilon > 0:
+        raise UserError("--epsilon must be > 0")
+    if args.calibrate_to is not None and not args.calibrate_to > 0:
+        raise UserError("--calibrate-to must be > 0")
+    if args.runs is not None and args.runs < 10:
+        raise UserError("--runs must be at least 10")
+    if args.candidates < 2:
+        raise UserError("--candidates must be at least 2")
+    schema = load_schema(demo_schema_path())  # public, fictional: mechanisms are data-blind
+    kinds = mechanism.KINDS if args.kind == "all" else (args.kind,)
+    console = Console(stderr=True, highlight=False)
+    audits = []
+    for kind in kinds:
+        runs = args.runs or mechanism.DEFAULT_RUNS[kind]
+        if kind == "selection":
+            nb = mechanism.selection_neighbours(schema, args.epsilon, args.candidates,
+                                                args.calibrate_to)
+        else:
+            if args.field not in schema.field_names:
+                raise UserError(f"--field: the demo schema has no field '{args.field}'")
+            try:
+                nb = mechanism.counts_neighbours(schema, args.epsilon, args.field,
+                                                 calibrate_to=args.calibrate_to)
+            except ValueError as e:
+                raise UserError(f"--field: {e}") from None
+        with console.status(f"{kind}: {runs} runs per dataset"):
+            audits.append(mechanism.audit(nb, runs, args.calibration_runs))
+    config = {"kinds": list(kinds), "epsilon": args.epsilon, "calibrate_to": args.calibrate_to,
+              "candidates": args.candidates, "field": args.field, "runs": args.runs,
+              "calibration_runs": args.calibration_runs,
+              "data": "fictional demo rows (selpe_audit.demo_data), demo schema"}
+    failed = [a["mechanism"] for a in audits if not a["passed"]]
+    result = {"audits": audits, "passed": not failed, "failed": failed}
+    report = _report("mechanism", {}, config, result, t0)
+    _finish("mechanism", args, report, mechanism.render)
+    if failed:
+        Console(stderr=True, highlight=False).print(
+            f"[bold red]FAIL[/]: empirical epsilon above the claimed {args.epsilon:g} for "
+            f"{', '.join(failed)}")
+        return 1
+    return 0
+
+
+def _run_fidelity(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    schema = load_record_schema(args.schema)
+    syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
+    real = _private(args.real, schema, args.invalid_rows)
+    result = fidelity.run_fidelity(schema, syn_table, real)
+    inputs = {"synthetic": args.synthetic, "real": args.real, "schema": args.schema}
+    report = _report("fidelity", inputs, {}, result, t0)
+    _finish("fidelity", args, report, fidelity.render)
+    return 0
+
+
+def _run_utility(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    schema = load_record_schema(args.schema)
+    syn = _private(args.synthetic, schema, "fail")
+    train = _private(args.real_train, schema, args.invalid_rows)
+    test = _private(args.real_test, schema, args.invalid_rows)
+    embedder = load_embedder(args.embedder) if schema.by_kind("text") else None
+    with Console(stderr=True, highlight=False).status("training and scoring"):
+        result = utility.run_utility(schema, syn, train, test, embedder, args.seed)
+    inputs = {"synthetic": args.synthetic, "real_train": args.real_train,
+              "real_test": args.real_test, "schema": args.schema}
+    config = {"seed": args.seed, "embedder": args.embedder or "bundled default"}
+    report = _report("utility", inputs, config, result, t0)
+    _finish("utility", args, report, utility.render)
+    return 0
+
+
+_RUNNERS = {"mia": _run_mia, "mechanism": _run_mechanism, "fidelity": _run_fidelity,
+            "utility": _run_utility}
+
+
+def _run(args: argparse.Namespace) -> int:
+    kind = getattr(args, "audit_kind", None)
+    if kind is None:
+        raise UserError(f"choose an audit: {', '.join(KINDS)} (see 'selpe-audit audit --help')")
+    return _RUNNERS[kind](args)
+
 
 COMMAND = Command(
     name="audit",
     help="(enclave) membership-inference, mechanism, fidelity and utility audits",
-    description="Not built yet: the audits (issue #7).",
-    add_arguments=no_arguments,
-    run=not_available("audit", "the audits", 7),
+    description="Audits of a release and of synthetic records, run where the private rows "
+                "are:\n  mia        distance-to-closest-record membership inference vs. the "
+                "DP bound\n  mechanism  Monte-Carlo empirical epsilon of the OpenDP "
+                "mechanisms (FAILs above the claim)\n  fidelity   schema validity, 1-/2-way "
+                "total variation distance\n  utility    train on synthetic, test on real "
+                "(macro one-vs-rest ROC AUC)\nReports hold statistics of private rows: keep "
+                "them in the enclave. Audits never write into an artifact folder.",
+    add_arguments=_add_arguments,
+    run=_run,
 )

@@ -1,0 +1,274 @@
+"""Monte-Carlo audit of the release's own OpenDP mechanisms on neighbouring datasets.
+
+For each mechanism: a dataset D and D' = D plus one canary row, the mechanism run many
+times on each, a distinguishing test *fixed in advance* (chosen on separate calibration
+runs), and on fresh runs the empirical epsilon lower bound
+
+    eps_LB = max(0, ln((1 - delta - FNR_U) / FPR_U), ln((1 - delta - FPR_U) / FNR_U))
+
+with FPR_U, FNR_U the upper ends of 95 % Clopper-Pearson intervals. A correct mechanism
+gives eps_LB <= eps with 95 % confidence; eps_LB > eps shows, at that confidence, that it
+leaks more than claimed. Where the audit is tight (the counts audit: the integer Laplace
+count's optimal test reaches eps exactly) a correct mechanism still FAILs by chance in
+about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
+
+- ``selection``: the per-batch noisy max (`release.opendp_mechanisms.batch_noisy_max`) on
+  utilities built by the real kernel (`selpe_audit.kernel`, numeric channels, so no
+  embedder): D holds one row r in the batch; the candidates are c0 (far from r) and copies
+  of r; the canary is the reflection 2 c0 - r, so the batch center moves from r to c0 and the
+  utilities from (-1, 0, ..., 0) to (0, -1, ..., -1): L-inf distance 1, the worst case the
+  sensitivity allows. The output is the selected index; the test is a set of indices.
+- ``counts``: one class-conditional histogram of the release's count plan (OpenDP's
+  polars count measurement from `release.opendp_mechanisms.count_measurement`) on a derived
+  demo frame; the canary adds one row to one cell; the output is that cell's noisy count;
+  the test is a threshold.
+
+Runs call the OpenDP measurement directly (a Context would stop after its budget): that is
+the same randomised algorithm, run many times. OpenDP's noise is never seeded; only the
+choice of demo rows is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from audits.stats import clopper_pearson, eps_lower_bound
+from release.config import ReleaseConfig
+from release.counts import CLASS_COL, derive_frame, key_col, plan_queries, public_values
+from release.opendp_mechanisms import (
+    COUNT_COLUMN,
+    PrivacyUnit,
+    batch_noisy_max,
+    count_measurement,
+    new_context,
+)
+from selpe_audit.demo_data import generate_rows
+from selpe_audit.kernel import Kernel, KernelConfig
+from selpe_audit.schema import Schema
+
+KINDS = ("selection", "counts")
+DEFAULT_RUNS = {"selection": 2000, "counts": 1000}
+#: Exact loss of OpenDP's noisy max (exponential noise) on these utilities at eps = 1,
+#: scale 2: 0.83 with 2 candidates, 0.9999 with 10. Two candidates keep a correct mechanism
+#: clear of its claim (no false FAIL) while the factor-2 error (scale 1: loss 1.49) is caught
+#: every time; with 10 the audit is tight, so a correct mechanism FAILs by chance a few
+#: percent of the time at 95 % confidence (as the tight counts audit does, ~1 %).
+DEFAULT_CANDIDATES = 2
+COUNTS_FIELD = "age"
+COUNTS_ROWS = 200
+
+Sampler = Callable[[int], np.ndarray]  # n -> n outputs of the mechanism
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """A mechanism on D and on D' (= D + canary), plus what the audit should record."""
+
+    name: str
+    claimed_epsilon: float
+    run_d: Sampler
+    run_dprime: Sampler
+    output: str  # "categorical" (a set test) or "scalar" (a threshold test)
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Test:
+    """'Predict D'' iff the output is in ``accept`` (categorical) or >= ``threshold``."""
+
+    accept: tuple[int, ...] | None = None
+    threshold: float | None = None
+
+    def __call__(self, y: np.ndarray) -> np.ndarray:
+        if self.accept is not None:
+            return np.isin(y, self.accept)
+        assert self.threshold is not None
+        return y >= self.threshold
+
+    def describe(self) -> str:
+        if self.accept is not None:
+            return f"predict D' iff the selected index is in {list(self.accept)}"
+        return f"predict D' iff the noisy count is >= {self.threshold:g}"
+
+
+def error_counts(test: Test, y_d: np.ndarray, y_dp: np.ndarray) -> tuple[int, int]:
+    """(false positives on D, false negatives on D')."""
+    return int(np.sum(test(y_d))), int(np.sum(~test(y_dp)))
+
+
+def eps_lb_of(fp: int, n_d: int, fn: int, n_dp: int, delta: float = 0.0) -> dict[str, Any]:
+    fpr_ci, fnr_ci = clopper_pearson(fp, n_d), clopper_pearson(fn, n_dp)
+    return {"fp": fp, "fn": fn, "fpr": fp / n_d, "fnr": fn / n_dp, "fpr_ci95": list(fpr_ci),
+            "fnr_ci95": list(fnr_ci), "eps_lb": eps_lower_bound(fpr_ci[1], fnr_ci[1], delta)}
+
+
+def choose_test(y_d: np.ndarray, y_dp: np.ndarray, output: str, delta: float = 0.0) -> Test:
+    """The test with the largest eps_LB on the calibration runs.
+
+    Categorical: sets of outputs, taken in decreasing order of the empirical likelihood ratio
+    P(y | D') / P(y | D) (Neyman-Pearson). Scalar: thresholds at every observed value.
+    """
+    if output == "categorical":
+        values = np.union1d(y_d, y_dp)
+        ratio = [(np.sum(y_dp == v) + 0.5) / (np.sum(y_d == v) + 0.5) for v in values]
+        order = [int(v) for _, v in sorted(zip(ratio, values, strict=True), reverse=True)]
+        tests = [Test(accept=tuple(sorted(order[:k]))) for k in range(1, len(order))]
+    else:
+        tests = [Test(threshold=float(t)) for t in np.union1d(y_d, y_dp)[1:]]
+    if not tests:  # every run gave the same output: nothing distinguishes D from D'
+        return Test(accept=(int(y_d[0]),)) if output == "categorical" else Test(threshold=math.inf)
+
+    def score(t: Test) -> float:
+        fp, fn = error_counts(t, y_d, y_dp)
+        return eps_lb_of(fp, len(y_d), fn, len(y_dp), delta)["eps_lb"]
+
+    return max(tests, key=score)
+
+
+def audit(nb: Neighbours, runs: int, calibration_runs: int | None = None,
+          delta: float = 0.0) -> dict[str, Any]:
+    """Calibrate a test, then measure eps_LB on fresh runs; FAIL if it exceeds the claim."""
+    cal = calibration_runs if calibration_runs is not None else max(100, runs // 2)
+    t0 = time.perf_counter()
+    test = choose_test(nb.run_d(cal), nb.run_dprime(cal), nb.output, delta)
+    y_d, y_dp = nb.run_d(runs), nb.run_dprime(runs)
+    fp, fn = error_counts(test, y_d, y_dp)
+    res = eps_lb_of(fp, runs, fn, runs, delta)
+    return {
+        "mechanism": nb.name,
+        "claimed_epsilon": nb.claimed_epsilon,
+        "delta": delta,
+        "runs_per_dataset": runs,
+        "calibration_runs_per_dataset": cal,
+        "test": test.describe(),
+        **res,
+        "passed": res["eps_lb"] <= nb.claimed_epsilon,
+        "seconds": time.perf_counter() - t0,
+        "details": nb.details,
+    }
+
+
+# ----- selection: noisy max over kernel utilities ------------------------------------------
+
+def selection_utilities(schema: Schema, n_candidates: int,
+                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Utility vectors u(D), u(D') for one batch, computed by the real kernel (see module)."""
+    if n_candidates < 2:
+        raise ValueError("the selection audit needs at least 2 candidates")
+    kernel = Kernel(schema, None, KernelConfig(channels="numeric"))
+    template = {k: v for k, v in generate_rows(1, seed)[0].items()
+                if k in {f.name for f in schema.record_fields}}
+    r, c0, canary = dict(template), dict(template), dict(template)
+    for f in schema.by_kind("numeric"):
+        assert f.minimum is not None and f.maximum is not None
+        quantum = 1.0 if f.is_integer else 10.0 ** -f.precision
+        d = max(quantum, math.floor((f.maximum - f.minimum) / 4 / quantum) * quantum)
+        cast: Callable[[float], Any] = int if f.is_integer else float
+        r[f.name] = cast(f.minimum + d)
+        c0[f.name] = cast(f.minimum + 2 * d)
+        canary[f.name] = cast(f.minimum + 3 * d)
+    cands = kernel.featurize([c0] + [r] * (n_candidates - 1))
+    scale = kernel.fit_scale(cands)
+    u = []
+    for batch in ([r], [r, canary]):
+        centers = kernel.centers(kernel.featurize(batch), np.zeros(len(batch), dtype=int), 1)
+        u.append(0.0 - kernel.distances(centers, cands, scale)[0])  # no -0.0
+    linf = float(np.max(np.abs(u[0] - u[1])))
+    if linf > 1.0 + 1e-9 or np.any(np.r_[u[0], u[1]] < -1.0) or np.any(np.r_[u[0], u[1]] > 0):
+        raise RuntimeError("kernel utilities left [-1, 0] or moved by more than 1")
+    info = {"u_D": u[0].tolist(), "u_Dprime": u[1].tolist(), "linf_distance": linf,
+            "kernel_channels": kernel.channels, "numeric_scale": scale.to_json()}
+    return u[0], u[1], info
+
+
+def selection_neighbours(schema: Schema, epsilon: float, n_candidates: int = DEFAULT_CANDIDATES,
+                         calibrate_to: float | None = None,
+                         mechanism: Any = None) -> Neighbours:
+    """The release's noisy max, calibrated by OpenDP to ``calibrate_to`` (default: the claim),
+    or a given ``mechanism`` (an OpenDP measurement over the utility vector)."""
+    u_d, u_dp, info = selection_utilities(schema, n_candidates)
+    m = mechanism if mechanism is not None else batch_noisy_max(
+        n_candidates, calibrate_to if calibrate_to is not None else epsilon)
+    ud, udp = u_d.tolist(), u_dp.tolist()
+    info.update({"candidates": n_candidates, "constructor": "opendp make_noisy_max "
+                 "(MaxDivergence) via release.opendp_mechanisms",
+                 "calibrated_to_epsilon": calibrate_to if calibrate_to is not None else epsilon,
+                 "opendp_epsilon_at_linf_1": float(m.map(1.0))})
+    return Neighbours(
+        name="selection", claimed_epsilon=epsilon,
+        run_d=lambda n: np.fromiter((m(ud) for _ in range(n)), dtype=np.int64, count=n),
+        run_dprime=lambda n: np.fromiter((m(udp) for _ in range(n)), dtype=np.int64, count=n),
+        output="categorical", details=info)
+
+
+# ----- counts: one OpenDP histogram cell ---------------------------------------------------
+
+def counts_neighbours(schema: Schema, epsilon: float, field: str = COUNTS_FIELD,
+                      n_rows: int = COUNTS_ROWS, calibrate_to: float | None = None,
+                      seed: int = 0) -> Neighbours:
+    """A class-conditional histogram of ``field`` from the release's count plan, measured by
+    OpenDP with the whole budget ``calibrate_to`` (default: the claim) on D and D'."""
+    cfg = ReleaseConfig(dataset="mechanism-audit", data=Path("-"), schema=Path("-"),
+                        out=Path("-"), release_key=Path("-"), epsilon=epsilon)
+    qid = f"counts/histogram/{field}"
+    plan = {q.id: q for q in plan_queries(schema, cfg)}
+    if qid not in plan:
+        raise ValueError(f"the count plan has no histogram of '{field}'")
+    eps_q = calibrate_to if calibrate_to is not None else epsilon
+    query = dataclasses.replace(plan[qid], epsilon=eps_q)
+    rows = generate_rows(n_rows, seed)
+    canary = generate_rows(1, seed + 1)[0]
+    unit = PrivacyUnit()
+    f = schema.field(field)
+    cls = schema.classes.index(canary[schema.label])
+    key = f.enum.index(canary[field]) if f.kind == "categorical" else f.bin_index(canary[field])
+    cell = (pl.col(CLASS_COL) == cls) & (pl.col(key_col(field)) == key)
+    samplers, scales = [], []
+    for data in (rows, [*rows, canary]):
+        frame = derive_frame(data, schema, cfg, None).collect().lazy()
+        m = count_measurement(new_context(frame, unit, [eps_q]), unit, query)
+        scales.append(float(m.map(1)))
+
+        def run(n: int, m: Any = m, frame: pl.LazyFrame = frame) -> np.ndarray:
+            return np.fromiter((m(frame).collect().filter(cell)[COUNT_COLUMN].item()
+                                for _ in range(n)), dtype=np.int64, count=n)
+
+        samplers.append(run)
+    details = {"query": qid, "cell": {"class": schema.classes[cls],
+                                      field: public_values(f)[key]},
+               "rows_in_D": n_rows, "constructor": "opendp.extras.polars: group_by().agg("
+               "dp.len()) via release.opendp_mechanisms.count_measurement",
+               "calibrated_to_epsilon": eps_q, "opendp_epsilon_at_d_in_1": scales[0]}
+    return Neighbours(name="counts", claimed_epsilon=epsilon, run_d=samplers[0],
+                      run_dprime=samplers[1], output="scalar", details=details)
+
+
+# ----- console -----------------------------------------------------------------------------
+
+def render(report: dict[str, Any], console: Console) -> None:
+    t = Table(title="mechanism audit (95 % Clopper-Pearson)")
+    for col in ("mechanism", "claimed eps", "runs", "FPR [CI]", "FNR [CI]", "eps_LB",
+                "verdict"):
+        t.add_column(col)
+    for r in report["result"]["audits"]:
+        verdict = "[green]pass[/]" if r["passed"] else "[bold red]FAIL[/]"
+        t.add_row(r["mechanism"], f"{r['claimed_epsilon']:g}", str(r["runs_per_dataset"]),
+                  f"{r['fpr']:.3f} [{r['fpr_ci95'][0]:.3f}, {r['fpr_ci95'][1]:.3f}]",
+                  f"{r['fnr']:.3f} [{r['fnr_ci95'][0]:.3f}, {r['fnr_ci95'][1]:.3f}]",
+                  f"{r['eps_lb']:.3f}", verdict)
+    console.print(t)
+    for r in report["result"]["audits"]:
+        cal = r["calibration_runs_per_dataset"]
+        console.print(f"{r['mechanism']}: {r['test']} (chosen on {cal} calibration runs per "
+                      f"dataset; {r['seconds']:.1f} s)")

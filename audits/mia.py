@@ -1,0 +1,243 @@
+"""Membership inference: distance to the closest synthetic record (DCR), members vs. not.
+
+The attacker holds the synthetic records and a target row; it scores the target by
+-DCR (the closer a synthetic record, the likelier the target was a member). Two distances:
+
+- ``kernel``: SelPE's multi-channel kernel (`selpe_audit.kernel`), the distance the release
+  itself uses, with numeric scales fitted on the synthetic records (what the attacker has);
+- ``tfidf``: 1 - cosine similarity of TF-IDF vectors (word 1-2 grams) of the linearised
+  records, a cheap model-free baseline (vocabulary and IDF from synthetic + targets, which
+  the attacker holds).
+
+Reported per variant: ROC AUC (bootstrap interval), TPR at FPR 1 % and 0.1 % (Clopper-
+Pearson on the TPR at the empirical threshold), the empirical advantage, and DCR quantiles;
+overall: the exact-copy rate (share of synthetic records identical, field by field, to a
+member record; the same against non-members as the chance level). Beside them, what the
+artifact's epsilon allows (`selpe_audit.guarantees`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from audits import stats
+from selpe_audit.guarantees import advantage_bound, tpr_bound
+from selpe_audit.kernel import Kernel, KernelConfig, TextEncoder
+from selpe_audit.schema import Schema, format_value
+
+VARIANTS = ("kernel", "tfidf")
+FPRS = (0.01, 0.001)
+_CELLS = 4_000_000  # targets x synthetic distances held at once (per channel, float64)
+# Word tokens that keep decimals and hyphenated categories whole ("37.1", "walk-in").
+_TOKEN_PATTERN = r"(?u)\w+(?:[.\-]\w+)*"
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MiaConfig:
+    """How the attack runs; everything public."""
+
+    variants: tuple[str, ...] = VARIANTS
+    kernel_channels: str | None = None  # a named set of `selpe_audit.kernel.CHANNEL_SETS`
+    fprs: tuple[float, ...] = FPRS
+    seed: int = 0
+    bootstrap: int = 1000
+
+    def __post_init__(self) -> None:
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad or not self.variants:
+            raise ValueError(f"unknown MIA variant(s) {bad}; choose from {list(VARIANTS)}")
+
+
+# ----- distances -------------------------------------------------------------------------
+
+def kernel_dcr(schema: Schema, syn: Sequence[Row], targets: Sequence[Row],
+               embedder: TextEncoder | None, channels: str | None = None) -> np.ndarray:
+    """min over synthetic records of the kernel distance g(target, s), one value per target."""
+    kernel = Kernel(schema, embedder, KernelConfig(channels=channels))
+    feats = kernel.featurize([*syn, *targets])  # one encoder call: shared texts encode once
+    n = len(syn)
+    syn_f, tgt_f = feats.take(np.arange(n)), feats.take(np.arange(n, feats.n))
+    scale = kernel.fit_scale(syn_f)
+    out = np.empty(tgt_f.n)
+    step = _chunk(n)
+    for start in range(0, tgt_f.n, step):
+        part = tgt_f.take(np.arange(start, min(start + step, tgt_f.n)))
+        out[start:start + part.n] = kernel.pairwise(part, syn_f, scale).min(axis=1)
+    return out
+
+
+def tfidf_dcr(schema: Schema, syn: Sequence[Row], targets: Sequence[Row]) -> np.ndarray:
+    """min over synthetic records of 1 - cos(tfidf(target), tfidf(s))."""
+    syn_text = [schema.linearize(r) for r in syn]
+    tgt_text = [schema.linearize(r) for r in targets]
+    vec = TfidfVectorizer(token_pattern=_TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True,
+                          dtype=np.float64)
+    vec.fit(syn_text + tgt_text)
+    s, t = vec.transform(syn_text), vec.transform(tgt_text)  # rows are L2-normalised
+    out = np.empty(len(tgt_text))
+    step = _chunk(len(syn_text))
+    for start in range(0, len(tgt_text), step):
+        sim = (t[start:start + step] @ s.T).toarray()
+        out[start:start + sim.shape[0]] = 1.0 - sim.max(axis=1)
+    return np.clip(out, 0.0, 1.0)
+
+
+def _chunk(n_syn: int) -> int:
+    """Targets per block, so that a block of distances stays around 32 MB."""
+    return max(1, _CELLS // max(1, n_syn))
+
+
+def record_key(schema: Schema, r: Row) -> tuple[str, ...]:
+    """A record's fields as the schema formats them (numbers at their precision)."""
+    return tuple(format_value(f, r[f.name]) for f in schema.record_fields)
+
+
+def exact_copy_rate(schema: Schema, syn: Sequence[Row], reference: Sequence[Row]) -> float:
+    """Share of synthetic records identical, on every record field, to a reference row."""
+    keys = {record_key(schema, r) for r in reference}
+    return sum(record_key(schema, r) in keys for r in syn) / len(syn)
+
+
+# ----- the audit ---------------------------------------------------------------------------
+
+def attack_summary(dcr_mem: np.ndarray, dcr_non: np.ndarray, cfg: MiaConfig) -> dict[str, Any]:
+    """Scores are -DCR: members should sit closer to the synthetic records."""
+    pos, neg = -dcr_mem, -dcr_non
+    lo, hi = stats.auc_bootstrap_ci(pos, neg, cfg.seed, cfg.bootstrap)
+    return {
+        "roc_auc": stats.auc(pos, neg),
+        "roc_auc_ci95": [lo, hi],
+        "advantage": stats.max_advantage(pos, neg),
+        "tpr_at_fpr": [stats.tpr_at_fpr(pos, neg, f).to_json() for f in cfg.fprs],
+        "dcr": {"members": stats.quantiles(dcr_mem), "non_members": stats.quantiles(dcr_non)},
+    }
+
+
+def bound_block(epsilon: float, delta: float, fprs: Sequence[float]) -> dict[str, Any]:
+    return {"epsilon": epsilon, "delta": delta,
+            "tpr_max": [{"fpr": f, "tpr_max": tpr_bound(epsilon, delta, f)} for f in fprs],
+            "advantage_max": advantage_bound(epsilon, delta),
+            "formula": "TPR <= min(1, e^eps FPR + delta, 1 - e^-eps (1 - delta - FPR)); "
+                       "advantage <= tanh(eps / 2)"}
+
+
+def compare_to_bound(attacks: dict[str, Any], bound: dict[str, Any]) -> list[str]:
+    """Violations the data show with confidence: the TPR's lower CP bound above the bound."""
+    out = []
+    limits = {b["fpr"]: b["tpr_max"] for b in bound["tpr_max"]}
+    for name, a in attacks.items():
+        for t in a["tpr_at_fpr"]:
+            ci = t["tpr_ci95"]
+            if ci is not None and ci[0] > limits[t["target_fpr"]] + 1e-12:
+                out.append(f"{name}: TPR at FPR {t['target_fpr']:g} is at least {ci[0]:.3f} "
+                           f"(95 % CI), above the bound {limits[t['target_fpr']]:.4f}")
+    return out
+
+
+def run_mia(schema: Schema, syn: Sequence[Row], members: Sequence[Row],
+            non_members: Sequence[Row], cfg: MiaConfig, embedder: TextEncoder | None = None,
+            epsilon: float | None = None, delta: float = 0.0) -> dict[str, Any]:
+    """The whole attack on already-read records; returns the report body."""
+    if not syn or not members or not non_members:
+        raise ValueError("the MIA needs synthetic records, members and non-members")
+    targets = [*members, *non_members]
+    n_mem = len(members)
+    attacks: dict[str, Any] = {}
+    for variant in cfg.variants:
+        if variant == "kernel":
+            dcr = kernel_dcr(schema, syn, targets, embedder, cfg.kernel_channels)
+        else:
+            dcr = tfidf_dcr(schema, syn, targets)
+        attacks[variant] = attack_summary(dcr[:n_mem], dcr[n_mem:], cfg)
+    report: dict[str, Any] = {
+        "sizes": {"synthetic": len(syn), "members": n_mem, "non_members": len(non_members)},
+        "unit": "row (each member row is one target)",
+        "score": "-DCR (distance to the closest synthetic record)",
+        "attacks": attacks,
+        "exact_copies": {
+            "nrs_member_copy_rate": exact_copy_rate(schema, syn, members),
+            "non_member_copy_rate": exact_copy_rate(schema, syn, non_members),
+            "definition": "share of synthetic records identical on every record field to a "
+                          "member (non-member) row; the non-member rate is the chance level",
+        },
+        "kernel_channels": cfg.kernel_channels or "full",
+    }
+    if epsilon is not None:
+        bound = bound_block(epsilon, delta, cfg.fprs)
+        report["dp_bound"] = bound
+        report["bound_violations"] = compare_to_bound(attacks, bound)
+    return report
+
+
+# ----- console -----------------------------------------------------------------------------
+
+def render(report: dict[str, Any], console: Console) -> None:
+    r = report["result"]
+    bound = r.get("dp_bound")
+    t = Table(title="membership inference (score = -DCR)")
+    t.add_column("attack")
+    t.add_column("ROC AUC [95 % CI]")
+    for f in report["config"]["fprs"]:
+        t.add_column(f"TPR @ FPR {100 * f:g} %")
+    t.add_column("advantage")
+    notes: list[str] = []
+    for name, a in r["attacks"].items():
+        lo, hi = a["roc_auc_ci95"]
+        cells = []
+        for x in a["tpr_at_fpr"]:
+            if x["tpr"] is None:
+                cells.append("n/a (note)")
+                notes.append(x["note"])
+            else:
+                cells.append(f"{x['tpr']:.3f} [{x['tpr_ci95'][0]:.3f}, {x['tpr_ci95'][1]:.3f}]")
+        t.add_row(name, f"{a['roc_auc']:.3f} [{lo:.3f}, {hi:.3f}]", *cells,
+                  f"{a['advantage']:.3f}")
+    if bound:
+        t.add_row(f"DP bound, eps {bound['epsilon']:g}", "",
+                  *(f"<= {b['tpr_max']:.4f}" for b in bound["tpr_max"]),
+                  f"<= {bound['advantage_max']:.3f}")
+    console.print(t)
+    d = Table(title="distance to the closest synthetic record (min / p5 / median)")
+    for col in ("attack", "members", "non-members"):
+        d.add_column(col)
+    for name, a in r["attacks"].items():
+        d.add_row(name, *(f"{q['min']:.3f} / {q['p05']:.3f} / {q['median']:.3f}"
+                          for q in (a["dcr"]["members"], a["dcr"]["non_members"])))
+    console.print(d)
+    for note in dict.fromkeys(notes):
+        console.print(f"note: {note}")
+    ec = r["exact_copies"]
+    console.print(f"exact copies: {100 * ec['nrs_member_copy_rate']:.1f} % of synthetic records "
+                  f"equal a member row (chance level, non-members: "
+                  f"{100 * ec['non_member_copy_rate']:.1f} %)")
+    src = r.get("epsilon_source") or {}
+    if bound and src.get("source") not in (None, "--epsilon"):
+        how = "signature verified" if src.get("signature_verified") else (
+            "[yellow]read unverified[/] (pass --trust to verify)")
+        console.print(f"epsilon {bound['epsilon']:g} from the ledger of {src['source']}: {how}")
+    if not bound:
+        console.print("no artifact given (--artifact): no DP bound to compare with")
+    elif r["bound_violations"]:
+        for v in r["bound_violations"]:
+            console.print(f"[bold red]EXCEEDS THE DP BOUND[/]: {v}")
+    else:
+        console.print("[green]within the DP bound[/] at every FPR measured")
+    anon = report.get("anonymeter", {})
+    if anon.get("status") == "ok":
+        at = Table(title="anonymeter risks (residual vs. non-members)")
+        for col in ("attack", "risk", "95 % CI"):
+            at.add_column(col)
+        for name, v in anon["risks"].items():
+            at.add_row(name, f"{v['risk']:.3f}", f"[{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]")
+        console.print(at)
+    elif anon:
+        console.print(f"anonymeter: {anon.get('status')} - {anon.get('detail', '')}")

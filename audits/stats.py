@@ -1,0 +1,113 @@
+"""Small statistics shared by the audits: exact binomial intervals, ROC, empirical epsilon.
+
+Everything here is plain math on numbers the audits computed; no data is read or written.
+Intervals are exact (Clopper-Pearson) so that a claim like "the mechanism leaks at least
+eps_LB" holds with the stated confidence however few runs there were.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import beta
+from sklearn.metrics import roc_auc_score, roc_curve
+
+CONFIDENCE = 0.95
+
+
+def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Two-sided exact interval for a binomial proportion k / n (each tail (1 - c) / 2)."""
+    if n <= 0:
+        raise ValueError("clopper_pearson needs n >= 1 trials")
+    if not 0 <= k <= n:
+        raise ValueError("clopper_pearson needs 0 <= k <= n")
+    a = 1.0 - confidence
+    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """ROC AUC of scores where higher means 'positive' (ties count one half)."""
+    y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    return float(roc_auc_score(y, np.r_[pos, neg]))
+
+
+def auc_bootstrap_ci(pos: np.ndarray, neg: np.ndarray, seed: int, reps: int = 1000,
+                     confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Percentile bootstrap interval of the AUC, resampling each class separately.
+
+    Seeded: this is resampling of audit statistics, not DP noise.
+    """
+    rng = np.random.default_rng(seed)
+    vals = np.empty(reps)
+    for i in range(reps):
+        p = pos[rng.integers(0, len(pos), len(pos))]
+        n = neg[rng.integers(0, len(neg), len(neg))]
+        vals[i] = auc(p, n)
+    a = (1.0 - confidence) / 2
+    return float(np.quantile(vals, a)), float(np.quantile(vals, 1 - a))
+
+
+def max_advantage(pos: np.ndarray, neg: np.ndarray) -> float:
+    """max over thresholds of TPR - FPR (the empirical membership advantage)."""
+    y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    fpr, tpr, _ = roc_curve(y, np.r_[pos, neg])
+    return float(np.max(tpr - fpr))
+
+
+@dataclass(frozen=True)
+class TprAtFpr:
+    """TPR of the test 'score > threshold', the threshold set on the negatives so that at
+    most floor(target * n_neg) of them pass. ``None`` fields: too few negatives."""
+
+    target_fpr: float
+    n_pos: int
+    n_neg: int
+    threshold: float | None
+    fpr: float | None
+    tpr: float | None
+    tpr_ci: tuple[float, float] | None
+    note: str | None
+
+    def to_json(self) -> dict:
+        return {"target_fpr": self.target_fpr, "threshold": self.threshold,
+                "empirical_fpr": self.fpr, "tpr": self.tpr,
+                "tpr_ci95": list(self.tpr_ci) if self.tpr_ci else None, "note": self.note}
+
+
+def tpr_at_fpr(pos: np.ndarray, neg: np.ndarray, target: float) -> TprAtFpr:
+    """TPR at a fixed FPR with a Clopper-Pearson interval on the TPR at that threshold.
+
+    The interval covers the binomial noise of the members only; the threshold itself is
+    estimated from the non-members, which is why 1 / FPR must not exceed their number.
+    """
+    n_pos, n_neg = len(pos), len(neg)
+    allowed = math.floor(target * n_neg + 1e-9)
+    if allowed < 1:
+        return TprAtFpr(target, n_pos, n_neg, None, None, None, None,
+                        f"too few non-members for FPR {target:g} to mean anything "
+                        f"(1/FPR = {1 / target:g} > {n_neg} non-members)")
+    threshold = float(np.sort(neg)[::-1][allowed])
+    fp = int(np.sum(neg > threshold))
+    tp = int(np.sum(pos > threshold))
+    return TprAtFpr(target, n_pos, n_neg, threshold, fp / n_neg, tp / n_pos,
+                    clopper_pearson(tp, n_pos), None)
+
+
+def eps_lower_bound(fpr_upper: float, fnr_upper: float, delta: float = 0.0) -> float:
+    """Empirical epsilon implied by a test's error rates (upper confidence bounds):
+    max(0, ln((1 - delta - FNR_U) / FPR_U), ln((1 - delta - FPR_U) / FNR_U))."""
+    best = 0.0
+    for num, den in ((1 - delta - fnr_upper, fpr_upper), (1 - delta - fpr_upper, fnr_upper)):
+        if num > 0 and den > 0:
+            best = max(best, math.log(num / den))
+    return best
+
+
+def quantiles(x: np.ndarray) -> dict[str, float]:
+    """The DCR summary the MIA report shows: min, 5th percentile, median."""
+    return {"min": float(np.min(x)), "p05": float(np.quantile(x, 0.05)),
+            "median": float(np.median(x))}
