@@ -11,7 +11,8 @@
 # torch is pinned to 2.13.0 first: that is the CPU build on local disk; an unpinned torch
 # pulls a multi-GB CUDA build. llama-cpp-python compiles from source (~7 min on 2 cores);
 # pip caches the built wheel, so later runs on the same machine are fast. A second run on an
-# installed venv changes nothing and touches no index: every step below is satisfied first.
+# installed venv takes seconds: pip and torch are checked before anything is fetched, and only
+# the project itself is rebuilt.
 set -euo pipefail
 
 # A relative WHEELHOUSE means relative to where the caller stands, so resolve it before cd.
@@ -41,7 +42,7 @@ SOURCE=()
 TORCH_SOURCE=()
 if [ -n "${WHEELHOUSE:-}" ]; then
   SOURCE=(--no-index --find-links "$WHEELHOUSE")
-  # A corrupted or tampered carry should stop here, not halfway through an install.
+  # A corrupted or incomplete carry should stop here, not halfway through an install.
   if [ -f "$WHEELHOUSE/SHA256SUMS" ]; then
     (cd "$WHEELHOUSE" && sha256sum --quiet --strict -c SHA256SUMS) \
       || { echo "error: $WHEELHOUSE does not match its SHA256SUMS" >&2; exit 1; }

