@@ -2,12 +2,96 @@
 
 from __future__ import annotations
 
-from selpe_audit.command import Command, no_arguments, not_available
+import argparse
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from decode.pipeline import DECODERS, DecodeSettings, run_decode
+from selpe_audit.command import Command
+from selpe_audit.errors import UserError
+
+GPU_ENV = "SELPE_AUDIT_GPU_LAYERS"
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("artifact", type=Path, help="release artifact folder (holds release.json)")
+    p.add_argument("--trust", type=Path, action="append", default=[], metavar="KEY.pub.pem",
+                   help="public key you trust (repeatable): the release key, reviewers' keys")
+    p.add_argument("--require-approvals", type=int, default=0, metavar="N",
+                   help="trusted reviewer signatures required besides the release key's")
+    p.add_argument("--n", type=int, required=True, help="synthetic rows to write")
+    p.add_argument("--out", type=Path, required=True,
+                   help="output file: .parquet, .csv or .jsonl")
+    p.add_argument("--model", help="GGUF for the LLM decoder (default: the bundled Gemma 3 270M)")
+    p.add_argument("--gpu-layers", type=int, default=None,
+                   help=f"layers to offload to a GPU, -1 = all (default: ${GPU_ENV} or 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    p.add_argument("--decoder", choices=DECODERS, default="llm",
+                   help="llm (default) or marginals: the no-LLM baseline")
+    abl = p.add_argument_group("selection and ablations")
+    abl.add_argument("--overgenerate", type=float, default=2.0, metavar="F",
+                     help="candidates per output row before selection (default 2)")
+    abl.add_argument("--no-select-top", dest="select_top", action="store_false",
+                     help="skip SelectTop (ranking by distance to the class's winners)")
+    abl.add_argument("--no-fit", dest="fit", action="store_false",
+                     help="skip the fit to the released counts (IPF, sampling, swaps, redraw)")
+    abl.add_argument("--single-stage", dest="two_stage", action="store_false",
+                     help="generate records in one stage (no latent context)")
+
+
+def gpu_layers(arg: int | None) -> int:
+    """The flag, else $SELPE_AUDIT_GPU_LAYERS (the decode container sets -1), else 0."""
+    if arg is not None:
+        return arg
+    env = os.environ.get(GPU_ENV, "").strip()
+    if not env:
+        return 0
+    try:
+        return int(env)
+    except ValueError:
+        raise UserError(f"${GPU_ENV} must be an integer (layers to offload, -1 = all)") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.require_approvals < 0:
+        raise UserError("--require-approvals must be >= 0")
+    settings = DecodeSettings(n=args.n, decoder=args.decoder, seed=args.seed,
+                              overgenerate=args.overgenerate, select_top=args.select_top,
+                              fit=args.fit, two_stage=args.two_stage, model=args.model,
+                              gpu_layers=gpu_layers(args.gpu_layers))
+    con = Console(stderr=True, highlight=False)
+    result = run_decode(args.artifact, args.trust, args.require_approvals, args.out,
+                        settings, con)
+    doc = result.provenance_doc
+    t = Table(title=f"decoded {result.rows} rows into {result.out}")
+    for col in ("class", "rows", "candidates"):
+        t.add_column(col)
+    for c, n in doc["rows_per_class"].items():
+        t.add_row(c, str(n), str(doc["candidates_per_class"][c]))
+    Console(highlight=False).print(t)
+    tvd = doc["fidelity"]["tvd_to_released"]["histograms_mean"]
+    before = doc["fidelity"]["candidates_tvd_to_released"]["histograms_mean"]
+    if tvd is not None:
+        con.print(f"TVD to the released histograms: {tvd:.3f} (candidates before selection: "
+                  f"{before:.3f})")
+    con.print(f"all {doc['validity']['records_checked']} rows valid; provenance in "
+              f"{result.provenance}")
+    return 0
+
 
 COMMAND = Command(
     name="decode",
     help="(off-site) turn a verified artifact into synthetic records",
-    description="Not built yet: decoding a verified artifact (issue #6).",
-    add_arguments=no_arguments,
-    run=not_available("decode", "the decode stage", 6),
+    description="Verify the artifact's signatures against keys you trust, then decode N "
+                "synthetic rows from it alone: allocate rows over classes from the noisy "
+                "counts, generate candidates (local LLM with few-shot DP exemplars and a "
+                "schema grammar, or the marginals baseline), keep those closest to the DP "
+                "winners (SelectTop), fit them to the released counts (IPF, systematic "
+                "sampling, swaps, within-bin redraw) and write Parquet/CSV/JSONL plus "
+                "<out>.provenance.json. A killed run resumes from <out>.partial.jsonl.",
+    add_arguments=_add_arguments,
+    run=_run,
 )

@@ -106,6 +106,8 @@ def default_llm_path() -> Path:
     folder = cache_dir()
     target = folder / pkg.MODEL_NAME
     expected = pkg.EXPECTED_SHA256
+    if target.exists() and _recorded_hash(target) == expected:
+        return target  # no lock needed to read: works on a read-only image
     with _locked(folder):
         if target.exists():
             if _recorded_hash(target) == expected:

@@ -1,0 +1,159 @@
+"""Decode throughput and fidelity, measured side by side in one run.
+
+    python -m benchmarks.decode [--n 200] [--quick] [--llm-n N]
+                                [--artifact DIR --trust KEY.pub.pem] [--json FILE]
+
+1. The artifact: by default a pool-mode release of the bundled demo sample (epsilon 2, half
+   for counts, half for SelPE selection over a public pool of 600 fictional rows) built in a
+   temporary folder with a fresh key; or an existing one (``--artifact``, ``--trust``).
+2. Throughput: candidates per second of the marginals decoder and of the LLM decoder (the
+   default model, two-stage generation), each making N x 2 candidates (over-generation 2).
+   Only generation is timed; the model and the embedder are loaded before.
+3. Fidelity: for each decoder's candidates, N output rows under four selections - none (the
+   first rows of each class), SelectTop, the fit, SelectTop + fit - and their total
+   variation distance to the released class-conditional histograms (mean over fields) and
+   to the released cohort x class counts (`decode.fidelity`).
+
+``--quick`` (smoke test): N = 60 for the marginals decoder, 4 rows for the LLM, a smaller
+release. The LLM part is slow on a CPU (about 0.1-0.3 records/s on 2 cores); ``--llm-n``
+sets its N on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from decode.fidelity import released_tvd
+from decode.pipeline import DecodeSettings, make_decoder, plan, select
+from decode.released import Released, released_view
+from decode.select_top import artifact_kernel
+from selpe_audit.artifact import read_release
+from selpe_audit.demo_data import generate_rows
+from selpe_audit.kernel import Kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {"none": (False, False), "select_top": (True, False), "fit": (False, True),
+            "select_top+fit": (True, True)}
+
+
+def build_artifact(folder: Path, quick: bool) -> tuple[Path, Path]:
+    """A pool-mode demo release (the benchmark may import release; decode may not)."""
+    from release.config import load_config
+    from release.pipeline import run_release
+    from selpe_audit.schema import demo_schema_path
+    from selpe_audit.signing import generate_keypair
+
+    priv, pub, _ = generate_keypair(folder / "release.pem")
+    pool = folder / "pool.jsonl"
+    rows = generate_rows(200 if quick else 600, seed=12345)
+    pool.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
+                            for r in rows))
+    extra = {"rounds": 2, "k": 2} if quick else {}
+    cfg = load_config(ROOT / "examples" / "release.toml", {
+        "schema": demo_schema_path(), "release_key": priv, "out": folder / "art",
+        "lifetime_ledger": folder / "ledger", "candidates": pool, "counts_share": 0.5,
+        "selection_share": 0.5, **extra})
+    run_release(cfg)
+    return cfg.out, pub
+
+
+def _candidates(released: Released, settings: DecodeSettings) -> tuple[dict, float, float]:
+    """All candidates of one decoder, the seconds generation took, and its validity."""
+    decoder = make_decoder(released, settings)
+    counts = plan(released, settings.n, settings.overgenerate).candidates
+    cand: dict[Any, list[dict]] = {c: [] for c in released.classes}
+    t0 = time.perf_counter()
+    for c, m in counts.items():
+        decoder.generate(c, 0, m, cand[c].append)
+    return cand, time.perf_counter() - t0, decoder.validity
+
+
+def _fidelity(released: Released, cand: dict, settings: DecodeSettings,
+              kernel: Kernel | None) -> dict[str, Any]:
+    rows = plan(released, settings.n, settings.overgenerate).rows
+    out = {}
+    for name, (top, fit) in VARIANTS.items():
+        t0 = time.perf_counter()
+        chosen = select(released, cand, rows, replace(settings, select_top=top, fit=fit),
+                        kernel if top else None)
+        records = [r for c in released.classes for r in chosen.syn_rows[c]]
+        tvd = released_tvd(released, records)
+        out[name] = {"tvd_histograms": tvd["histograms_mean"], "tvd_cohorts": tvd["cohorts"],
+                     "seconds": time.perf_counter() - t0, "rows": len(records)}
+    return out
+
+
+def run(n: int = 200, quick: bool = False, llm_n: int | None = None,
+        artifact: Path | None = None, trust: Path | None = None) -> dict[str, Any]:
+    """Measure both decoders; print a table; return the numbers."""
+    if quick:
+        n = min(n, 60)
+    llm_n = llm_n if llm_n is not None else (4 if quick else n)
+    with tempfile.TemporaryDirectory() as tmp:
+        if artifact is None:
+            artifact, trust = build_artifact(Path(tmp), quick)
+        assert trust is not None, "--artifact needs --trust"
+        released = released_view(read_release(artifact, [trust]))
+        kernel = artifact_kernel(released)[0] if released.kernel is not None else None
+        result: dict[str, Any] = {"n": n, "llm_n": llm_n, "overgenerate": 2.0}
+        for name, rows in (("marginals", n), ("llm", llm_n)):
+            settings = DecodeSettings(n=rows, decoder=name)
+            cand, seconds, validity = _candidates(released, settings)
+            made = sum(len(v) for v in cand.values())
+            result[name] = {"candidates": made, "seconds": seconds,
+                            "records_per_s": made / seconds if seconds else None,
+                            "validity": validity,
+                            "fidelity": _fidelity(released, cand, settings, kernel)}
+    _print(result)
+    return result
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _print(r: dict[str, Any]) -> None:
+    print(f"decode benchmark: marginals N = {r['n']}, LLM N = {r['llm_n']}, "
+          f"over-generation {r['overgenerate']:g}")
+    for name in ("marginals", "llm"):
+        d = r[name]
+        print(f"  {name:<10} {d['candidates']} candidates in {d['seconds']:.1f} s = "
+              f"{_fmt(d['records_per_s'], '.3g')} records/s, validity {d['validity']:.0%}")
+    print(f"  {'TVD to released':<22}{'histograms':>24}{'cohorts':>24}")
+    print(f"  {'selection':<22}{'marginals':>12}{'llm':>12}{'marginals':>12}{'llm':>12}")
+    for v in VARIANTS:
+        m, llm = r["marginals"]["fidelity"][v], r["llm"]["fidelity"][v]
+        print(f"  {v:<22}{_fmt(m['tvd_histograms'], '.4f'):>12}"
+              f"{_fmt(llm['tvd_histograms'], '.4f'):>12}{_fmt(m['tvd_cohorts'], '.4f'):>12}"
+              f"{_fmt(llm['tvd_cohorts'], '.4f'):>12}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.decode", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=200, help="output rows (marginals; LLM default)")
+    ap.add_argument("--llm-n", type=int, help="output rows of the LLM run (default --n)")
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--artifact", type=Path, help="an existing artifact folder")
+    ap.add_argument("--trust", type=Path, help="its release public key")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args(argv)
+    result = run(n=args.n, quick=args.quick, llm_n=args.llm_n, artifact=args.artifact,
+                 trust=args.trust)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

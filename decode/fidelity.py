@@ -1,0 +1,41 @@
+"""Distance of decoded records to the released counts (public: no private data involved).
+
+For a field with a class-conditional histogram, the released joint distribution over
+(class, category or bin) is p(c, k) = share(c) * share(k | c), both from clamped,
+renormalised noisy counts (`decode.allocation.shares`); the records give the empirical
+q(c, k). The total variation distance is 1/2 sum |q - p|. The same for cohorts x class. It
+says how well the output matches what was released, not how close it is to the private
+data (that is the audits' job, inside the enclave).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from decode.allocation import shares
+from decode.released import Released
+
+
+def _tvd(released: Released, records: list[dict[str, Any]], cell_of: Any,
+         dp_by_class: np.ndarray) -> float:
+    """TVD between the released joint (class x cell) and the records' empirical one."""
+    p = shares(released.class_dp_counts)[:, None] * np.stack([shares(row) for row in dp_by_class])
+    q = np.zeros_like(p)
+    for r in records:
+        q[released.class_index(r[released.schema.label]), cell_of(r)] += 1
+    q /= max(1, len(records))
+    return float(0.5 * np.abs(q - p).sum())
+
+
+def released_tvd(released: Released, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """TVD per histogram field, their mean, and the cohorts' TVD (None when not released)."""
+    by_field = {name: _tvd(released, records, lambda r, h=h, name=name: h.cell(r[name]),
+                           h.dp_counts) for name, h in released.histograms.items()}
+    cohorts = None
+    if released.cohorts:
+        table = np.stack([c.dp_counts for c in released.cohorts], axis=1)
+        cohorts = _tvd(released, records, released.cohort_of, table)
+    mean = float(np.mean(list(by_field.values()))) if by_field else None
+    return {"histograms_mean": mean, "histograms": by_field, "cohorts": cohorts}

@@ -1,0 +1,97 @@
+"""The no-LLM baseline decoder: independent draws from the released class-conditional marginals.
+
+Per record of class c:
+
+- a categorical field takes a category with probability proportional to its clamped noisy
+  count in c's histogram (uniform if every count clamps to 0);
+- a numeric field takes a bin the same way, then a value uniformly from the bin's grid points
+  at the field's precision (bins too narrow to hold a grid point get no mass);
+- a field without a released histogram (never the case for the demo schema) is uniform over
+  its enum or its public range;
+- a free-text field copies the text of one of c's exemplars (DP-selected winners and their
+  partners, both synthetic). An artifact without exemplars (``selection: null``, a
+  counts-only release) has no public text to copy: the field gets the neutral placeholder
+  `PLACEHOLDER` (cut or padded to the field's length limits), and provenance says so.
+
+Record i of class c is drawn from its own generator seeded by (seed, c, i), so the stream is
+the same however it is split into runs (a resumed decode continues it exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from decode.allocation import shares
+from decode.bins import grid_size, sample_in_bin
+from decode.released import Released
+from selpe_audit.schema import Field
+
+PLACEHOLDER = "not released"
+_STREAM = 1  # separates these seeds from the other seeded draws of a decode
+
+
+def placeholder_text(f: Field) -> str:
+    """`PLACEHOLDER` cut to maxLength and padded with dots to minLength."""
+    return PLACEHOLDER[:f.max_length].ljust(f.min_length, ".")
+
+
+class MarginalsDecoder:
+    """Samples records field by field from the released counts; the baseline for the LLM."""
+
+    name = "marginals"
+
+    def __init__(self, released: Released, seed: int) -> None:
+        self.released, self.seed = released, seed
+        self.schema = released.schema
+        self.validity = 1.0  # every record is built valid; nothing is resampled
+        self._texts = {c: {f.name: [r[f.name] for r in released.exemplars(c)]
+                           for f in self.schema.by_kind("text")} for c in released.classes}
+        self.uses_placeholder = any(not texts for by_field in self._texts.values()
+                                    for texts in by_field.values())
+        self._probs = {c: {f.name: self._field_probs(f, k) for f in self.schema.record_fields
+                           if f.kind in ("categorical", "numeric")}
+                       for k, c in enumerate(released.classes)}
+
+    def _field_probs(self, f: Field, k: int) -> np.ndarray:
+        """Probabilities over categories or bins of ``f`` for class index ``k``."""
+        h = self.released.histograms.get(f.name)
+        if f.kind == "categorical":
+            return shares(h.dp_counts[k]) if h else np.full(len(f.enum), 1.0 / len(f.enum))
+        sizes = np.array([grid_size(f, j) for j in range(len(f.bins) - 1)], dtype=np.float64)
+        base = shares(h.dp_counts[k]) if h else sizes
+        mass = np.where(sizes > 0, base, 0.0)
+        return shares(mass if mass.sum() > 0 else sizes)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name,
+                "text_source": "placeholder" if self.uses_placeholder else "exemplars",
+                "placeholder": PLACEHOLDER if self.uses_placeholder else None}
+
+    def record(self, class_value: Any, i: int) -> dict[str, Any]:
+        """Record ``i`` of ``class_value``'s stream."""
+        k = self.released.class_index(class_value)
+        rng = np.random.default_rng([self.seed, _STREAM, k, i])
+        probs, texts = self._probs[class_value], self._texts[class_value]
+        out: dict[str, Any] = {}
+        for f in self.schema.record_fields:
+            if f.name == self.schema.label:
+                out[f.name] = class_value
+            elif f.kind == "text":
+                pool = texts[f.name]
+                out[f.name] = pool[int(rng.integers(len(pool)))] if pool else placeholder_text(f)
+            elif f.kind == "categorical":
+                out[f.name] = f.enum[int(rng.choice(len(f.enum), p=probs[f.name]))]
+            else:
+                j = int(rng.choice(len(f.bins) - 1, p=probs[f.name]))
+                out[f.name] = sample_in_bin(f, j, rng)
+        return out
+
+    def generate(self, class_value: Any, start: int, total: int,
+                 on_record: Callable[[dict[str, Any]], None]) -> None:
+        """Records ``start .. total - 1`` of the class's stream, each handed to ``on_record``."""
+        for i in range(start, total):
+            on_record(self.record(class_value, i))
+

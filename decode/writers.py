@@ -1,0 +1,88 @@
+"""The decode's outputs: the records (Parquet, CSV or JSONL by extension, via polars) and the
+provenance file next to them. Both are written atomically: a reader sees the old file or
+the new one, never half of one. Every record is validated against the schema's record
+JSON Schema before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from selpe_audit.canonical import atomic_write_bytes, atomic_write_json
+from selpe_audit.errors import UserError
+from selpe_audit.schema import Schema
+
+FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
+
+
+def output_format(out: Path) -> str:
+    """``parquet``, ``csv`` or ``jsonl`` from the extension; anything else is refused."""
+    fmt = FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        raise UserError(f"{out}: unknown output extension '{out.suffix}'; use one of "
+                        f"{', '.join(FORMATS)}")
+    return fmt
+
+
+def check_writable(out: Path) -> None:
+    """Refuse early when the output (and so its checkpoint) cannot be written."""
+    if out.is_dir():
+        raise UserError(f"{out}: is a folder; give an output file name")
+    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{out}: cannot write there ({folder} is not a writable folder)")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UserError(f"{out}: exists and is not writable")
+
+
+def provenance_path(out: Path) -> Path:
+    return out.with_name(out.name + ".provenance.json")
+
+
+def check_records(records: list[dict[str, Any]], schema: Schema) -> int:
+    """Validate every record; return how many passed (all of them, or this raises)."""
+    validator = schema.record_validator()
+    bad = sum(1 for r in records if not validator.is_valid(r))
+    if bad:
+        raise RuntimeError(f"{bad} of {len(records)} decoded records break the schema")
+    return len(records)
+
+
+def _frame(records: list[dict[str, Any]], schema: Schema) -> pl.DataFrame:
+    types = {"integer": pl.Int64, "number": pl.Float64, "string": pl.String}
+    columns = {f.name: types[f.json_type] for f in schema.record_fields}
+    return pl.DataFrame(records, schema=columns)
+
+
+def write_records(out: Path, records: list[dict[str, Any]], schema: Schema) -> str:
+    """Write the records in the format the extension names; return the file's SHA-256."""
+    df = _frame(records, schema)
+    buf = io.BytesIO()
+    fmt = output_format(out)
+    if fmt == "parquet":
+        df.write_parquet(buf)
+    elif fmt == "csv":
+        df.write_csv(buf)
+    else:
+        df.write_ndjson(buf)
+    data = buf.getvalue()
+    try:
+        atomic_write_bytes(out, data)
+    except OSError as e:
+        raise UserError(f"{out}: cannot write the output ({e.strerror})") from None
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_provenance(out: Path, doc: dict[str, Any]) -> Path:
+    path = provenance_path(out)
+    try:
+        atomic_write_json(path, doc)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write provenance ({e.strerror})") from None
+    return path
