@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.rule import Rule
 from rich.table import Table
 
 from selpe_audit.command import Command
+from selpe_audit.demo_data import generate_rows, write_rows
 from selpe_audit.errors import NotAvailableYet, UserError
 from selpe_audit.schema import demo_schema_path
 
@@ -25,30 +27,52 @@ DATA = Path(__file__).parent / "data" / "ed_triage_sample.csv"
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out/demo", help="folder for everything the demo writes")
     p.add_argument("--epsilon", type=float, default=2.0, help="total epsilon of the release")
-    p.add_argument("--n", type=int, default=200, help="synthetic records to decode")
+    p.add_argument("--n", type=int, default=400,
+                   help="synthetic records to decode with the marginals baseline")
+    p.add_argument("--llm-n", type=int, default=10,
+                   help="synthetic records to decode with the LLM (slow on a CPU; 0 = skip)")
     p.add_argument("--keep", action="store_true", help="keep an existing output folder")
 
 
-def steps(out: Path, epsilon: float, n: int) -> list[tuple[str, list[str]]]:
-    """The demo as the command lines a steward, reviewer and analyst would run."""
+def steps(out: Path, epsilon: float, n: int, llm_n: int) -> list[tuple[str, list[str]]]:
+    """The demo as the command lines a steward, reviewer, analyst and auditor would run."""
     keys, art = out / "keys", out / "release"
-    return [
+    schema = str(demo_schema_path())
+    trust = ["--trust", str(keys / "release.pub.pem"), "--trust", str(keys / "reviewer.pub.pem"),
+             "--require-approvals", "1"]
+    synth, synth_llm = out / "synthetic.parquet", out / "synthetic_llm.parquet"
+    run = [
         ("keygen (release key)", ["keygen", str(keys / "release.pem")]),
         ("keygen (reviewer key)", ["keygen", str(keys / "reviewer.pem")]),
         ("release (enclave)", [
             "release", "--config", str(Path(__file__).parent / "data" / "demo_release.toml"),
-            "--data", str(DATA), "--schema", str(demo_schema_path()), "--out", str(art),
+            "--data", str(DATA), "--schema", schema, "--out", str(art),
             "--key", str(keys / "release.pem"), "--epsilon", str(epsilon),
             "--lifetime-ledger", str(out / "enclave-ledger")]),
         ("review", ["review", str(art), "--trust", str(keys / "release.pub.pem")]),
         ("approve", ["approve", str(art), "--key", str(keys / "reviewer.pem"), "--yes"]),
-        ("decode (off-site)", [
-            "decode", str(art), "--trust", str(keys / "release.pub.pem"),
-            "--trust", str(keys / "reviewer.pub.pem"), "--require-approvals", "1",
-            "--n", str(n), "--out", str(out / "synthetic.parquet")]),
-        ("audit", ["audit", "fidelity", "--synthetic", str(out / "synthetic.parquet"),
-                   "--real", str(DATA), "--schema", str(demo_schema_path())]),
+        ("decode, marginals baseline (off-site)", [
+            "decode", str(art), *trust, "--decoder", "marginals", "--n", str(n),
+            "--out", str(synth)]),
     ]
+    if llm_n > 0:
+        run.append(("decode, LLM (off-site)", [
+            "decode", str(art), *trust, "--decoder", "llm", "--n", str(llm_n),
+            "--out", str(synth_llm)]))
+    non_members = out / "non_members.csv"
+    run += [
+        ("audit: membership inference", [
+            "audit", "mia", "--synthetic", str(synth), "--members", str(DATA),
+            "--non-members", str(non_members), "--schema", schema, "--artifact", str(art),
+            "--trust", str(keys / "release.pub.pem"), "--no-anonymeter",
+            "--report", str(out / "audit-mia.json")]),
+        ("audit: fidelity", ["audit", "fidelity", "--synthetic", str(synth), "--real", str(DATA),
+                             "--schema", schema, "--report", str(out / "audit-fidelity.json")]),
+        ("audit: utility", ["audit", "utility", "--synthetic", str(synth),
+                            "--real-train", str(DATA), "--real-test", str(non_members),
+                            "--schema", schema, "--report", str(out / "audit-utility.json")]),
+    ]
+    return run
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -58,16 +82,22 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.keep:
         shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    # Fictional people who are not in the released sample: the audits' non-members.
+    write_rows(generate_rows(400, seed=1), out / "non_members.csv")
     parser = build_parser(load_commands())
     summary = Table(title="demo summary")
     summary.add_column("step")
     summary.add_column("result")
-    for title, argv in steps(out, args.epsilon, args.n):
+    for title, argv in steps(out, args.epsilon, args.n, args.llm_n):
         con.print(Rule(f"[bold]{title}[/]: selpe-audit {' '.join(argv)}"))
         ns = parser.parse_args(argv)
+        t0 = time.perf_counter()
         try:
-            ns._run(ns)
-            summary.add_row(title, "[green]done[/]")
+            code = int(ns._run(ns) or 0)
+            took = f"{time.perf_counter() - t0:.0f} s"
+            summary.add_row(title, f"[green]done[/] ({took})" if code == 0
+                            else f"[red]exit {code}[/] ({took})")
         except NotAvailableYet as e:
             con.print(f"[yellow]{e}[/]")
             summary.add_row(title, "[yellow]not built yet[/]")

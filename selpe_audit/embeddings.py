@@ -122,6 +122,7 @@ class Embedder:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self._default = model is None
+        model = model or os.environ.get("SELPE_AUDIT_EMBEDDER") or None  # a baked model
         self._dir = default_model_path() if model is None else Path(model).expanduser()
         if not self._dir.is_dir():
             raise UserError(f"embedding model '{self._dir}': not a directory "
