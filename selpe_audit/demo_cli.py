@@ -8,6 +8,7 @@ been built yet are reported as such and skipped; nothing pretends to have run.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import time
 from pathlib import Path
@@ -29,12 +30,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epsilon", type=float, default=2.0, help="total epsilon of the release")
     p.add_argument("--n", type=int, default=400,
                    help="synthetic records to decode with the marginals baseline")
-    p.add_argument("--llm-n", type=int, default=10,
+    p.add_argument("--llm-n", type=int, default=0,
                    help="synthetic records to decode with the LLM (slow on a CPU; 0 = skip)")
+    p.add_argument("--llm-candidates", action="store_true",
+                   help="generate the release's selection candidates with the LLM instead of "
+                        "the public demo pool (much slower on a CPU)")
     p.add_argument("--keep", action="store_true", help="keep an existing output folder")
 
 
-def steps(out: Path, epsilon: float, n: int, llm_n: int) -> list[tuple[str, list[str]]]:
+def steps(out: Path, epsilon: float, n: int, llm_n: int,
+          llm_candidates: bool = False) -> list[tuple[str, list[str]]]:
     """The demo as the command lines a steward, reviewer, analyst and auditor would run."""
     keys, art = out / "keys", out / "release"
     schema = str(demo_schema_path())
@@ -48,7 +53,8 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int) -> list[tuple[str, list
             "release", "--config", str(Path(__file__).parent / "data" / "demo_release.toml"),
             "--data", str(DATA), "--schema", schema, "--out", str(art),
             "--key", str(keys / "release.pem"), "--epsilon", str(epsilon),
-            "--lifetime-ledger", str(out / "enclave-ledger")]),
+            "--lifetime-ledger", str(out / "enclave-ledger"),
+            *([] if llm_candidates else ["--candidates", str(out / "candidate_pool.jsonl")])]),
         ("review", ["review", str(art), "--trust", str(keys / "release.pub.pem")]),
         ("approve", ["approve", str(art), "--key", str(keys / "reviewer.pem"), "--yes"]),
         ("decode, marginals baseline (off-site)", [
@@ -85,11 +91,15 @@ def _run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # Fictional people who are not in the released sample: the audits' non-members.
     write_rows(generate_rows(400, seed=1), out / "non_members.csv")
+    # A public candidate pool: fictional records from another seed, no person ids.
+    (out / "candidate_pool.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
+        for r in generate_rows(300, seed=2)))
     parser = build_parser(load_commands())
     summary = Table(title="demo summary")
     summary.add_column("step")
     summary.add_column("result")
-    for title, argv in steps(out, args.epsilon, args.n, args.llm_n):
+    for title, argv in steps(out, args.epsilon, args.n, args.llm_n, args.llm_candidates):
         con.print(Rule(f"[bold]{title}[/]: selpe-audit {' '.join(argv)}"))
         ns = parser.parse_args(argv)
         t0 = time.perf_counter()

@@ -28,6 +28,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
 
 # One digit position: the inclusive range of digits allowed there.
@@ -211,6 +212,10 @@ def field_gbnf(f: Field) -> str:
         assert f.minimum is not None and f.maximum is not None
         if f.is_integer:
             return integer_range_gbnf(int(f.minimum), int(f.maximum))
+        k_lo, k_hi = scaled_bounds(f.minimum, f.maximum, f.precision)
+        if k_lo > k_hi:
+            raise UserError(f"field '{f.name}': no number with x-precision {f.precision} "
+                            f"lies in [{f.minimum}, {f.maximum}]")
         return decimal_range_gbnf(f.minimum, f.maximum, f.precision)
     if f.kind == "text":
         return string_gbnf(f.min_length, f.max_length)

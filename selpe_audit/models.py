@@ -191,7 +191,7 @@ class LLM:
     """
 
     def __init__(self, path: Path, *, n_gpu_layers: int, n_threads: int, n_ctx: int,
-                 n_seq: int, n_batch: int, seed: int, verbose: bool) -> None:
+                 n_seq: int, n_batch: int, seed: int) -> None:
         lc = _lc()
         self.lc = lc
         self.info = model_info(path)
@@ -308,23 +308,6 @@ class LLM:
                     out.append(t)
         return tuple(out)
 
-    def chat_prompt(self, user_text: str) -> str | None:
-        """``user_text`` wrapped in the model's chat template, or None if it has none."""
-        lc = self.lc
-        tmpl = lc.llama_model_chat_template(self._model, None)
-        if not tmpl:
-            return None
-        msg = (lc.llama_chat_message * 1)()
-        content = user_text.encode("utf-8")
-        msg[0].role, msg[0].content = b"user", content
-        size = len(content) * 2 + 256
-        buf = ctypes.create_string_buffer(size)
-        n = lc.llama_chat_apply_template(tmpl, msg, 1, True, buf, size)
-        if n > size:
-            buf = ctypes.create_string_buffer(n)
-            n = lc.llama_chat_apply_template(tmpl, msg, 1, True, buf, n)
-        return buf.raw[:n].decode("utf-8") if n >= 0 else None
-
     # --- the KV cache ---
     def clear(self) -> None:
         self.lc.llama_memory_clear(self.memory, True)
@@ -357,10 +340,12 @@ def load_llm(path: str | Path | None = None, *, n_gpu_layers: int = 0,
              n_batch: int = 512, verbose: bool = False) -> LLM:
     """Load a GGUF (the default model if ``path`` is None) with one ``n_seq``-sequence context.
 
-    Threads default to this process's CPU quota, not the host's CPU count. A missing or
-    unreadable file is a one-line `UserError` naming it; llama.cpp's logging is silenced
-    unless ``verbose``.
+    Threads default to this process's CPU quota, not the host's CPU count; ``n_seq`` is the
+    number of sequences decoded together (two more are reserved for shared prompt prefixes);
+    ``n_gpu_layers=-1`` offloads every layer. A missing or unreadable file is a one-line
+    `UserError` naming it; llama.cpp's logging is silenced unless ``verbose``.
     """
+    path = path or os.environ.get("SELPE_AUDIT_LLM") or None  # containers name a baked model
     p = default_llm_path() if path is None else Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"{p}: model file not found")
@@ -376,4 +361,4 @@ def load_llm(path: str | Path | None = None, *, n_gpu_layers: int = 0,
     _set_quiet(not verbose)
     _backend_init()
     return LLM(p.resolve(), n_gpu_layers=n_gpu_layers, n_threads=n_threads or _cpu_quota(),
-               n_ctx=n_ctx, n_seq=n_seq, n_batch=n_batch, seed=seed, verbose=verbose)
+               n_ctx=n_ctx, n_seq=n_seq, n_batch=n_batch, seed=seed)

@@ -6,10 +6,11 @@ follows instructions. The artifact and decode provenance record `templates_diges
 wording change is visible.
 
 - Stage I (latent context): from positive examples (this class), contrastive negatives
-  ("unlike these") and optional public hints, write one new record as a short line of text
-  in the schema's lexicalization (``age in years: 44; sex: female; ...``).
-- Stage II (realization): a few-shot list of description -> record pairs; the new line is
-  transcribed into one JSON record under the schema's grammar.
+  ("unlike these") and optional public hints, write a short description of one new record:
+  its categorical and free-text fields in the schema's wording
+  (``sex: female; arrival mode: walk-in; chief complaint: "sore throat"; ...``).
+- Stage II (realization): a few-shot list of description -> record pairs; the new
+  description is realized as one JSON record under the schema's grammar, numbers included.
 - Single stage (ablation): the few-shot list of JSON records; the model writes the next one.
 
 Only public inputs go into a prompt: the schema, DP-selected or synthetic records, and hints
@@ -40,7 +41,7 @@ TEMPLATES: dict[str, str] = {
     "positives": "Records like these:\n{items}",
     "positive_item": "- {text}\n",
     "description_item": "{description}: {value}",
-    "stage1_open": "- ",
+    "stage1_open": "-",
     "stage2_intro": "Each description is written as one JSON record.\n",
     "stage2_pair": "Description: {description}\nRecord: {record}\n",
     "stage2_open": "Description: {description}\nRecord:",
@@ -50,11 +51,17 @@ TEMPLATES: dict[str, str] = {
 
 # Separators inside lists of fields or hints; part of the wording, so part of the digest.
 _SEPARATORS = {"list": "; ", "values": ", "}
+# What the code puts into the templates, stated so that a change shows in the digest too.
+_RULES = {
+    "context_fields": "categorical and free-text fields, not numbers, not the label",
+    "record_layout": "compact JSON, schema field order, numbers with x-precision decimals",
+    "style": "plain completion (no chat template), BOS first",
+}
 
 
 def templates_digest() -> str:
     """SHA-256 of every template (canonical JSON), for the artifact and provenance."""
-    blob = json.dumps({"templates": TEMPLATES, "separators": _SEPARATORS},
+    blob = json.dumps({"templates": TEMPLATES, "separators": _SEPARATORS, "rules": _RULES},
                       sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -94,13 +101,24 @@ def header(schema: Schema, class_value: Any = None,
     return out
 
 
+def context_fields(schema: Schema) -> list[Field]:
+    """Fields a latent context mentions: categorical and free text, not numbers or the label.
+
+    Numbers are left to Stage II, which realizes them consistently with the context (and
+    keeps Stage I short); a schema without such fields describes everything but the label.
+    """
+    fields = [f for f in schema.record_fields
+              if f.kind in ("categorical", "text") and f.name != schema.label]
+    return fields or [f for f in schema.record_fields if f.name != schema.label]
+
+
 def describe(record: Mapping[str, Any], schema: Schema) -> str:
-    """A record as Stage I text: the schema's lexicalization, free text in quotes.
+    """A record's latent context as one line of text, free text in quotes.
 
     The quotes show a small model where a free-text value ends when Stage II copies it.
     """
     parts = []
-    for f in schema.record_fields:
+    for f in context_fields(schema):
         value = record[f.name]
         text = json_text(" ".join(str(value).split())) if f.kind == "text" else format_value(
             f, value)

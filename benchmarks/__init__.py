@@ -1,0 +1,1 @@
+"""Benchmarks: runnable as `python -m benchmarks.<name>`; each module's run() returns a dict."""
