@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -129,6 +130,8 @@ def _validity_run(llm: LLM, schema: Schema, cfg: GenerationConfig,
         if k:
             pos, neg = _examples(schema, cls)
             records += gen.generate(class_value=cls, positives=pos, negatives=neg, n=k)
+            print(f"class {cls}: {k} records, {gen.last_stats.records_per_s:.2f} records/s",
+                  file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t0
     ok = sum(validator.is_valid(r) for r in records)
     st = gen.stats
@@ -192,6 +195,8 @@ def run(records: int = 1000, quick: bool = False, repeats: int = 5,
         counts["sampled"] += co.record_tokens + ff.record_tokens
     del naive
     med = {k: statistics.median(v) for k, v in samples.items()}
+    print("timed runs (medians, tokens/s): " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()),
+          file=sys.stderr, flush=True)
     validity = _validity_run(llm, schema, cfg, records)
     result = {
         "model": llm.info.name, "model_sha256": llm.info.sha256, "n_threads": llm.n_threads,

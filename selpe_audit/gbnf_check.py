@@ -8,6 +8,7 @@ model's vocabulary is loaded (``vocab_only``), which takes well under a second.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 from pathlib import Path
@@ -41,7 +42,8 @@ class GrammarChecker:
             self._model = None
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):
+            self.close()
 
     def tokens(self, text: str) -> list[int]:
         raw = text.encode("utf-8")
