@@ -29,10 +29,15 @@ from selpe_audit.schema import demo_schema_path, load_schema
 CACHE = Path(__file__).parent / ".cache"
 
 
+def _config() -> ReleaseConfig:
+    """Counts-only settings for the benchmark (no files are read or written through it)."""
+    return ReleaseConfig(dataset="bench", data=Path("-"), schema=demo_schema_path(),
+                         out=Path("-"), release_key=Path("-"))
+
+
 def _frame(rows: int) -> pl.LazyFrame:
     schema = load_schema(demo_schema_path())
-    cfg = ReleaseConfig(dataset="bench", data=Path("-"), schema=demo_schema_path(),
-                        out=Path("-"), release_key=Path("-"))
+    cfg = _config()
     CACHE.mkdir(exist_ok=True)
     path = CACHE / f"derived_{rows}.parquet"
     if not path.exists():
@@ -51,10 +56,7 @@ def _peak_mib() -> float:
 
 
 def _run(side: str, rows: int, repeats: int, out: Any) -> None:
-    schema = load_schema(demo_schema_path())
-    cfg = ReleaseConfig(dataset="bench", data=Path("-"), schema=demo_schema_path(),
-                        out=Path("-"), release_key=Path("-"))
-    queries = plan_queries(schema, cfg)
+    queries = plan_queries(load_schema(demo_schema_path()), _config())
     frame = _frame(rows).collect().lazy()
     times = []
     for _ in range(repeats):

@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -248,10 +248,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
         if k in flat:
             flat[k] = Path(flat[k])
     try:
-        cfg = ReleaseConfig(**flat)
+        return ReleaseConfig(**flat)
     except TypeError as e:
         raise UserError(f"config: {e}") from None
-    return replace(cfg)
 
 
 _SECTIONS = {

@@ -66,7 +66,6 @@ class NoisyCounts:
 class CountsRelease:
     results: list[NoisyCounts]
     total_epsilon: float
-    budget_epsilon: float
 
 
 def count_measurement(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> dp.Measurement:
@@ -134,7 +133,7 @@ def release_counts(priv_frame: pl.LazyFrame, unit: PrivacyUnit,
             epsilon=float(measurement.map(ctx.d_in)), scope=q.scope,
             composition=q.composition))
     spent = float(sum(ctx.current_privacy_loss()))
-    return CountsRelease(results, spent, float(ctx.accountant.map(ctx.d_in)))
+    return CountsRelease(results, spent)
 
 
 # ----- SelPE selection: per-batch noisy max over utilities in [-1, 0] ----------------------
@@ -178,7 +177,7 @@ def selection_round(epsilon: float, function: Callable[[Any], Any]) -> dp.Measur
     """One round as an OpenDP measurement on the private batches.
 
     ``function`` maps the private input to per-(class, batch) noisy-max outputs, every
-    selection through `batch_noisy_max(M, epsilon)`. Classes and batches are disjoint
+    selection a noisy max at OpenDP's scale for epsilon. Classes and batches are disjoint
     (a unit lives in one class and, by the keyed hash, in one batch), so they compose in
     parallel: one unit costs epsilon; d_in units cost at most d_in * epsilon.
     """

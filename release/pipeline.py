@@ -39,7 +39,6 @@ ACCOUNTANT = ("OpenDP: a Context compositor over the count queries and an adapti
 class ReleaseResult:
     path: Path
     doc: dict[str, Any]
-    dropped_rows: int
 
 
 def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseResult:
@@ -103,7 +102,7 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     ledger.finish(rid, "released", epsilon=total)
     con.print(f"wrote and signed {path} in {time.perf_counter() - t0:.1f} s; "
               f"epsilon spent {total:g} of {cfg.epsilon:g}")
-    return ReleaseResult(path, doc, 0)
+    return ReleaseResult(path, doc)
 
 
 def _private_classes(priv_rows: list[dict[str, Any]], schema: Schema, kernel: Kernel,

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from release.opendp_mechanisms import (
-    batch_noisy_max,
     noisy_max_scale,
+    noisy_max_with_scale,
     selection_compositor,
     selection_round,
 )
@@ -104,17 +104,20 @@ def batch_ids(unit_ids: list[str], key: bytes, b: int) -> np.ndarray:
 
 
 def _select_round(priv: PrivateClasses, kernel: Kernel, pools: dict[Any, tuple[Features,
-                  NumericScale]], b: int, epsilon: float, key: bytes) -> dict[Any, list[int]]:
+                  NumericScale]], b: int, epsilon: float, noise_scale: float,
+                  key: bytes) -> dict[Any, list[int]]:
     """The round's private computation: utilities per batch, then OpenDP noisy max each."""
     chosen: dict[Any, list[int]] = {}
-    for c, (cand_features, scale) in pools.items():
-        selector = batch_noisy_max(cand_features.n, epsilon)
+    for c, (cand_features, num_scale) in pools.items():
+        selector = noisy_max_with_scale(cand_features.n, noise_scale)
+        if selector.map(1.0) > epsilon:  # OpenDP's map, not ours, decides
+            raise RuntimeError("noisy max scale does not meet the round's epsilon")
         feats = priv.priv_features.get(c)
         if feats is None or feats.n == 0:
             utilities = np.zeros((b, cand_features.n))  # no rows: every batch is uniform
         else:
             centers = kernel.centers(feats, batch_ids(priv.priv_unit_ids[c], key, b), b)
-            utilities = -kernel.distances(centers, cand_features, scale)
+            utilities = -kernel.distances(centers, cand_features, num_scale)
             utilities[centers.empty] = 0.0  # an empty batch selects uniformly at random
         chosen[c] = [int(selector(np.clip(u, -1.0, 0.0).tolist())) for u in utilities]
     return chosen
@@ -152,15 +155,16 @@ def run_selpe(schema: Schema, priv: PrivateClasses, kernel: Kernel, source: Cand
             cand_features = kernel.featurize(cand[c])
             pools[c] = (cand_features, kernel.fit_scale(cand_features))
         key = secrets.token_bytes(32)
+        scale = noisy_max_scale(pool_size, eps_t)  # OpenDP's calibration, once per round
         measurement = selection_round(
-            eps_t, lambda p, pools=pools, key=key, eps=eps_t: _select_round(
-                p, kernel, pools, cfg.batches, eps, key))
+            eps_t, lambda p, pools=pools, key=key, eps=eps_t, scale=scale: _select_round(
+                p, kernel, pools, cfg.batches, eps, scale, key))
         chosen = queryable(measurement)
-        out = RoundOutput(t, eps_t, noisy_max_scale(pool_size, eps_t), m_t)
+        out = RoundOutput(t, eps_t, scale, m_t)
         for c in schema.classes:
-            feats, scale = pools[c]
+            feats, num_scale = pools[c]
             idx = _winners(chosen[c], m_t)
-            far = kernel.pairwise(feats.take(np.array(idx)), feats, scale).argmax(axis=1)
+            far = kernel.pairwise(feats.take(np.array(idx)), feats, num_scale).argmax(axis=1)
             winners[c] = [cand[c][i] for i in idx]
             partners[c] = [cand[c][int(j)] for j in far]
             out.classes.append({"class": c, "winners": winners[c], "partners": partners[c]})
