@@ -164,10 +164,13 @@ def run_mia(schema: Schema, syn: Sequence[Row], members: Sequence[Row],
         "score": "-DCR (distance to the closest synthetic record)",
         "attacks": attacks,
         "exact_copies": {
-            "nrs_member_copy_rate": exact_copy_rate(schema, syn, members),
+            "member_copy_rate": (copies := exact_copy_rate(schema, syn, members)),
+            "nrs": 1.0 - copies,
             "non_member_copy_rate": exact_copy_rate(schema, syn, non_members),
-            "definition": "share of synthetic records identical on every record field to a "
-                          "member (non-member) row; the non-member rate is the chance level",
+            "definition": "copy rate: share of synthetic records identical on every record "
+                          "field to a member (non-member) row, the non-member rate being the "
+                          "chance level; NRS (novel record share) = 1 - member copy rate, "
+                          "below 1 when any member is copied",
         },
         "kernel_channels": cfg.kernel_channels or "full",
     }
@@ -216,8 +219,8 @@ def render(report: dict[str, Any], console: Console) -> None:
     for note in dict.fromkeys(notes):
         console.print(f"note: {note}")
     ec = r["exact_copies"]
-    console.print(f"exact copies: {100 * ec['nrs_member_copy_rate']:.1f} % of synthetic records "
-                  f"equal a member row (chance level, non-members: "
+    console.print(f"exact copies: {100 * ec['member_copy_rate']:.1f} % of synthetic records "
+                  f"equal a member row, NRS {ec['nrs']:.3f} (chance level, non-members: "
                   f"{100 * ec['non_member_copy_rate']:.1f} %)")
     src = r.get("epsilon_source") or {}
     if bound and src.get("source") not in (None, "--epsilon"):

@@ -67,7 +67,9 @@ COMMAND = Command(
     help="(enclave) read private rows once and write the signed DP artifact",
     description="Read the private rows once and release, with OpenDP mechanisms only, noisy "
                 "counts (class balance, class-conditional histograms over public bins, cohorts, "
-                "conditional rates) into a signed release.json. Refuses to exceed the "
+                "conditional rates) and DP-selected synthetic exemplars (SelPE rounds of noisy-max "
+                "selection among public candidates: LLM-generated, or a --candidates pool) "
+                "into a signed release.json. Refuses to exceed the "
                 "dataset's lifetime budget; the refusal happens before any row is read.",
     add_arguments=_add_arguments,
     run=_run,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
             del table
             rounds, sel_eps = run_selpe(schema, priv, kernel, source, cfg.selection_config(),
                                         cfg.selection_epsilon, hints=class_hints(counts_block),
-                                        progress=status.update)
+                                        progress=_progress(con, status.update))
             del priv
         entries += [LedgerEntry(
             f"selection/round/{r.round}", "report noisy max per batch", CONSTRUCTOR, r.scale,
@@ -103,6 +104,16 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     con.print(f"wrote and signed {path} in {time.perf_counter() - t0:.1f} s; "
               f"epsilon spent {total:g} of {cfg.epsilon:g}")
     return ReleaseResult(path, doc)
+
+
+def _progress(con: Console, update: Callable[[str], None]) -> Callable[[str], None]:
+    """Spinner text on a terminal; timestamped lines in a log file (batch jobs in the enclave).
+    Progress messages name rounds and classes only, never private content."""
+    def report(message: str) -> None:
+        update(message)
+        if not con.is_terminal:
+            con.print(f"{time.strftime('%H:%M:%S')} {message}")
+    return report
 
 
 def _private_classes(priv_rows: list[dict[str, Any]], schema: Schema, kernel: Kernel,

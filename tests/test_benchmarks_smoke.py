@@ -23,3 +23,17 @@ def test_benchmarks_quick(tmp_path):
     assert selection["winners_at_inf_beat_random"]
     gaps = adult["results"][0]
     assert 0.5 < gaps["tfidf_logreg"]["synthetic"] <= 1.0
+
+
+@pytest.mark.slow
+def test_throughput_benchmarks_quick(tmp_path):
+    """Decode and generation at reduced size, through the same runner as the full suite."""
+    out = tmp_path / "RESULTS.md"
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only",
+                        "decode,generation", "--out", str(out)],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    entries = json.loads(out.with_suffix(".json").read_text())
+    assert set(entries) == {"decode", "generation"}
+    assert all(e["command"].endswith("--quick") for e in entries.values())
+    assert "## decode" in out.read_text() and "## generation" in out.read_text()

@@ -1,0 +1,69 @@
+"""SelPE edge cases: identical candidates, a class smaller than b, a class with no rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from release.opendp_mechanisms import noisy_max_scale
+from release.selection import (
+    PoolSource,
+    PrivateClasses,
+    SelectionConfig,
+    _select_round,
+    run_selpe,
+)
+from selpe_audit.demo_data import generate_rows
+from selpe_audit.embeddings import Embedder
+from selpe_audit.kernel import Kernel, KernelConfig
+
+
+@pytest.fixture(scope="module")
+def kernel(demo_schema):
+    return Kernel(demo_schema, Embedder(), KernelConfig())
+
+
+def _private(kernel, rows_by_class):
+    return PrivateClasses(
+        {c: kernel.featurize(rows) for c, rows in rows_by_class.items() if rows},
+        {c: [r["patient_id"] for r in rows] for c, rows in rows_by_class.items() if rows})
+
+
+@pytest.mark.slow
+def test_identical_candidates_small_and_empty_classes(demo_schema, kernel):
+    rows = generate_rows(300, seed=21)
+    by_class = {c: [r for r in rows if r["acuity"] == c] for c in demo_schema.classes}
+    by_class[1] = []                      # a class with no rows
+    by_class[2] = by_class[2][:2]         # fewer rows than batches: some batches empty
+    one = {k: v for k, v in rows[0].items() if k != "patient_id"}
+    source = PoolSource(demo_schema, [dict(one, acuity=c) for c in demo_schema.classes],
+                        "identical", seed=0)
+    cfg = SelectionConfig(rounds=3, k=3, batches=5)
+    rounds, eps = run_selpe(demo_schema, _private(kernel, by_class), kernel, source, cfg, 0.9)
+    assert math.isclose(eps, 0.9)
+    assert [r.round for r in rounds] == [1, 2, 3]
+    for r in rounds:
+        assert [c["class"] for c in r.classes] == list(demo_schema.classes)
+        for c in r.classes:
+            # every candidate is the same record: winners and partners are that record
+            assert 1 <= len(c["winners"]) <= r.quota
+            assert len(c["partners"]) == len(c["winners"])
+            assert all(w == dict(one, acuity=c["class"]) for w in c["winners"] + c["partners"])
+
+
+@pytest.mark.slow
+def test_empty_class_selects_uniformly(demo_schema, kernel):
+    """With no private rows every batch's utilities are equal: each batch picks uniformly."""
+    pool = generate_rows(4, seed=8)
+    for r in pool:
+        r.pop("patient_id")
+    feats = kernel.featurize(pool)
+    pools = {3: (feats, kernel.fit_scale(feats))}
+    b = 2000
+    chosen = _select_round(PrivateClasses({}, {}), kernel, pools, b, 1.0,
+                           noisy_max_scale(4, 1.0), b"k" * 32)[3]
+    counts = np.bincount(chosen, minlength=4)
+    assert stats.chisquare(counts, [b / 4] * 4).pvalue > 1e-3
