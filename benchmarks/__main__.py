@@ -106,7 +106,6 @@ def main() -> None:
                          f"choose from {', '.join(BENCHMARKS)}")
     out = Path(args.out)
     sidecar = out.with_suffix(".json")
-    entries: dict[str, Any] = json.loads(sidecar.read_text()) if sidecar.exists() else {}
     failed = False
     for name in names:
         print(f"== {name}", flush=True)
@@ -115,6 +114,8 @@ def main() -> None:
             result = BENCHMARKS[name][1](args.quick)
         except Exception as e:  # one failing benchmark must not hide the others
             result, failed = {"error": f"{type(e).__name__}: {e}"}, True
+        # Re-read before each write: another run (--only) may have finished a section since.
+        entries = json.loads(sidecar.read_text()) if sidecar.exists() else {}
         entries[name] = _entry(name, result, args.quick, time.perf_counter() - t0)
         write_results(out, entries)  # after each: a crash keeps what was measured
     print(f"wrote {out}")
