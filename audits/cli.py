@@ -81,10 +81,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--kind", choices=[*mechanism.KINDS, "all"], default="all")
     k.add_argument("--runs", type=int, help="fresh runs per dataset (default: selection "
                    f"{mechanism.DEFAULT_RUNS['selection']}, counts "
-                   f"{mechanism.DEFAULT_RUNS['counts']})")
+                   f"{mechanism.DEFAULT_RUNS['counts']}, pe-histogram and representatives "
+                   f"{mechanism.DEFAULT_RUNS['pe-histogram']})")
     k.add_argument("--calibration-runs", type=int, help="runs per dataset to choose the test "
                                                         "(default half of --runs, >= 100)")
     k.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon (default 1)")
+    k.add_argument("--delta", type=float, default=mechanism.DEFAULT_DELTA,
+                   help="claimed delta of the Gaussian selection modes (default "
+                        f"{mechanism.DEFAULT_DELTA:g}; selection and counts are pure)")
     k.add_argument("--calibrate-to", type=float,
                    help="calibrate the mechanism to this epsilon instead of the claim (a "
                         "self-check: a value above --epsilon must FAIL)")
@@ -212,6 +216,8 @@ def _run_mechanism(args: argparse.Namespace) -> int:
         raise UserError("--runs must be at least 10")
     if args.candidates < 2:
         raise UserError("--candidates must be at least 2")
+    if not 0 < args.delta < 1:
+        raise UserError("--delta must be in (0, 1)")
     schema = load_schema(demo_schema_path())  # public, fictional: mechanisms are data-blind
     kinds = mechanism.KINDS if args.kind == "all" else (args.kind,)
     console = Console(stderr=True, highlight=False)
@@ -221,6 +227,9 @@ def _run_mechanism(args: argparse.Namespace) -> int:
         if kind == "selection":
             nb = mechanism.selection_neighbours(schema, args.epsilon, args.candidates,
                                                 args.calibrate_to)
+        elif kind in mechanism.GAUSSIAN_KINDS:
+            nb = mechanism.gaussian_neighbours(schema, kind, args.epsilon, args.delta,
+                                               args.calibrate_to)
         else:
             if args.field not in schema.field_names:
                 raise UserError(f"--field: the demo schema has no field '{args.field}'")
@@ -231,7 +240,8 @@ def _run_mechanism(args: argparse.Namespace) -> int:
                 raise UserError(f"--field: {e}") from None
         with console.status(f"{kind}: {runs} runs per dataset"):
             audits.append(mechanism.audit(nb, runs, args.calibration_runs))
-    config = {"kinds": list(kinds), "epsilon": args.epsilon, "calibrate_to": args.calibrate_to,
+    config = {"kinds": list(kinds), "epsilon": args.epsilon, "delta": args.delta,
+              "calibrate_to": args.calibrate_to,
               "candidates": args.candidates, "field": args.field, "runs": args.runs,
               "calibration_runs": args.calibration_runs,
               "data": "fictional demo rows (selpe_audit.demo_data), demo schema"}

@@ -22,6 +22,17 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
   polars count measurement from `release.opendp_mechanisms.count_measurement`) on a derived
   demo frame; the canary adds one row to one cell; the output is that cell's noisy count;
   the test is a threshold.
+- ``pe-histogram`` and ``representatives``: the Gaussian selection round of that mode
+  (`release.selection.gaussian_statistics`: the release's own private statistics, kernel
+  with numeric channels, OpenDP's Gaussian via `release.opendp_mechanisms.gaussian_round`),
+  calibrated like a one-round release to the claimed (epsilon, delta) through OpenDP's zCDP
+  conversion. D holds a few rows of one class; the canary is a far-away record, so it votes
+  with full weight (pe-histogram: L2 shift 1) or lands at an anchor with an offset clipped
+  to R (representatives: L2 shift sqrt(1 + R^2)), the worst case the sensitivity allows.
+  The audited output is the noisy statistics vector *before* post-processing into winners
+  (a stronger test: post-processing cannot increase the loss), reduced to its projection
+  on the direction D -> D' (the Neyman-Pearson statistic for a Gaussian); the test is a
+  threshold; eps_LB uses the claimed delta.
 
 Runs call the OpenDP measurement directly (a Context would stop after its budget): that is
 the same randomised algorithm, run many times. OpenDP's noise is never seeded; only the
@@ -51,14 +62,21 @@ from release.opendp_mechanisms import (
     PrivacyUnit,
     batch_noisy_max,
     count_measurement,
+    gaussian_round,
+    gaussian_scale,
     new_context,
+    zcdp_budget,
 )
+from release.selection import PrivateClasses, SelectionConfig, gaussian_statistics
 from selpe_audit.demo_data import generate_rows
 from selpe_audit.kernel import Kernel, KernelConfig
 from selpe_audit.schema import Schema
 
-KINDS = ("selection", "counts")
-DEFAULT_RUNS = {"selection": 2000, "counts": 1000}
+KINDS = ("selection", "counts", "pe-histogram", "representatives")
+GAUSSIAN_KINDS = ("pe-histogram", "representatives")
+DEFAULT_RUNS = {"selection": 2000, "counts": 1000, "pe-histogram": 1000,
+                "representatives": 1000}
+DEFAULT_DELTA = 1e-6  # the release's default for the Gaussian modes
 #: Exact loss of OpenDP's noisy max (exponential noise) on these utilities at eps = 1,
 #: scale 2: 0.83 with 2 candidates, 0.9999 with 10. Two candidates keep a correct mechanism
 #: clear of its claim (no false FAIL) while the factor-2 error (scale 1: loss 1.49) is caught
@@ -81,6 +99,7 @@ class Neighbours:
     run_dprime: Sampler
     output: str  # "categorical" (a set test) or "scalar" (a threshold test)
     details: dict[str, Any]
+    claimed_delta: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,7 +118,7 @@ class Test:
     def describe(self) -> str:
         if self.accept is not None:
             return f"predict D' iff the selected index is in {list(self.accept)}"
-        return f"predict D' iff the noisy count is >= {self.threshold:g}"
+        return f"predict D' iff the noisy statistic is >= {self.threshold:g}"
 
 
 def error_counts(test: Test, y_d: np.ndarray, y_dp: np.ndarray) -> tuple[int, int]:
@@ -137,8 +156,11 @@ def choose_test(y_d: np.ndarray, y_dp: np.ndarray, output: str, delta: float = 0
 
 
 def audit(nb: Neighbours, runs: int, calibration_runs: int | None = None,
-          delta: float = 0.0) -> dict[str, Any]:
-    """Calibrate a test, then measure eps_LB on fresh runs; FAIL if it exceeds the claim."""
+          delta: float | None = None) -> dict[str, Any]:
+    """Calibrate a test, then measure eps_LB on fresh runs; FAIL if it exceeds the claim.
+
+    ``delta`` defaults to the mechanism's claimed delta (0 for the pure-DP ones)."""
+    delta = nb.claimed_delta if delta is None else delta
     cal = calibration_runs if calibration_runs is not None else max(100, runs // 2)
     t0 = time.perf_counter()
     test = choose_test(nb.run_d(cal), nb.run_dprime(cal), nb.output, delta)
@@ -254,16 +276,75 @@ def counts_neighbours(schema: Schema, epsilon: float, field: str = COUNTS_FIELD,
                       run_dprime=samplers[1], output="scalar", details=details)
 
 
+# ----- Gaussian selection modes: the noisy statistics of one round -------------------------
+
+def _far_canary(schema: Schema, template: dict[str, Any]) -> dict[str, Any]:
+    """``template`` with every numeric field at its public maximum (far from demo rows)."""
+    canary = dict(template)
+    for f in schema.by_kind("numeric"):
+        assert f.maximum is not None
+        canary[f.name] = int(f.maximum) if f.is_integer else float(f.maximum)
+    return canary
+
+
+def gaussian_neighbours(schema: Schema, mode: str, epsilon: float, delta: float = DEFAULT_DELTA,
+                        calibrate_to: float | None = None, n_rows: int = 6,
+                        n_candidates: int = 6, seed: int = 0) -> Neighbours:
+    """One round of ``mode`` on D and D' = D + a far canary, calibrated by OpenDP (one-round
+    zCDP budget converted at ``delta``) to ``calibrate_to`` (default: the claim)."""
+    if mode not in GAUSSIAN_KINDS:
+        raise ValueError(f"not a Gaussian selection mode: {mode}")
+    kernel = Kernel(schema, None, KernelConfig(channels="numeric"))
+    fields = {f.name for f in schema.record_fields}
+    rows = [{k: v for k, v in r.items() if k in fields} for r in generate_rows(200, seed)]
+    c = rows[0][schema.label]
+    same = [r for r in rows if r[schema.label] == c]
+    cand, priv_rows = same[:n_candidates], same[n_candidates:n_candidates + n_rows]
+    canary = _far_canary(schema, priv_rows[0])
+    cand_features = kernel.featurize(cand)
+    pools = {c: (cand_features, kernel.fit_scale(cand_features))}
+    cfg = SelectionConfig(rounds=1, k=n_candidates, mode=mode, anchors=2)
+    stats = gaussian_statistics(cfg, kernel, pools, 1)
+    eps_cal = calibrate_to if calibrate_to is not None else epsilon
+    rho = zcdp_budget(eps_cal, delta, [1.0])[0]
+    scale = gaussian_scale(stats.sensitivity, rho)
+    m = gaussian_round(stats.sensitivity, scale, stats.vectorize, lambda v: np.asarray(v))
+    datasets = [PrivateClasses({c: kernel.featurize(data)},
+                               {c: [f"u{j}" for j in range(len(data))]})
+                for data in (priv_rows, [*priv_rows, canary])]
+    v_d, v_dp = (np.asarray(stats.vectorize(p)) for p in datasets)
+    shift = float(np.linalg.norm(v_dp - v_d))
+    if shift > stats.sensitivity * (1 + 1e-9):
+        raise RuntimeError("the canary moved the statistics by more than the sensitivity")
+    direction = (v_dp - v_d) / shift
+
+    def sampler(p: PrivateClasses) -> Sampler:
+        return lambda n: np.fromiter((float(np.dot(m(p), direction)) for _ in range(n)),
+                                     dtype=np.float64, count=n)
+
+    details = {"mode": mode, "rows_in_D": n_rows, "candidates": n_candidates,
+               "kernel_channels": kernel.channels, "sensitivity": stats.sensitivity,
+               "canary_l2_shift": shift, "noise_scale": scale, "rho": float(m.map(1)),
+               "mu": stats.sensitivity / scale, "calibrated_to_epsilon": eps_cal,
+               "delta": delta, "constructor": "release.opendp_mechanisms.gaussian_round "
+               "(OpenDP make_gaussian, zCDP) on release.selection.gaussian_statistics",
+               "output": "projection of the noisy statistics on the D -> D' direction"}
+    return Neighbours(name=mode, claimed_epsilon=epsilon, run_d=sampler(datasets[0]),
+                      run_dprime=sampler(datasets[1]), output="scalar", details=details,
+                      claimed_delta=delta)
+
+
 # ----- console -----------------------------------------------------------------------------
 
 def render(report: dict[str, Any], console: Console) -> None:
     t = Table(title="mechanism audit (95 % Clopper-Pearson)")
-    for col in ("mechanism", "claimed eps", "runs", "FPR [CI]", "FNR [CI]", "eps_LB",
+    for col in ("mechanism", "claimed eps", "delta", "runs", "FPR [CI]", "FNR [CI]", "eps_LB",
                 "verdict"):
         t.add_column(col)
     for r in report["result"]["audits"]:
         verdict = "[green]pass[/]" if r["passed"] else "[bold red]FAIL[/]"
-        t.add_row(r["mechanism"], f"{r['claimed_epsilon']:g}", str(r["runs_per_dataset"]),
+        t.add_row(r["mechanism"], f"{r['claimed_epsilon']:g}", f"{r['delta']:g}",
+                  str(r["runs_per_dataset"]),
                   f"{r['fpr']:.3f} [{r['fpr_ci95'][0]:.3f}, {r['fpr_ci95'][1]:.3f}]",
                   f"{r['fnr']:.3f} [{r['fnr_ci95'][0]:.3f}, {r['fnr_ci95'][1]:.3f}]",
                   f"{r['eps_lb']:.3f}", verdict)

@@ -48,10 +48,29 @@ def _adult(quick: bool) -> dict[str, Any]:
     return adult_tstr.run([2.0] if quick else [1.0, 2.0, 4.0, adult_tstr.INF], quick)
 
 
+def _adult_llm(quick: bool) -> dict[str, Any]:
+    from benchmarks import adult_llm
+    return adult_llm.run([2.0] if quick else [2.0, adult_llm.INF], 4 if quick else adult_llm.N,
+                         quick=quick)
+
+
+def _triage(quick: bool) -> dict[str, Any]:
+    from benchmarks import triage
+    return triage.run(quick)
+
+
+def _selection_modes(quick: bool) -> dict[str, Any]:
+    from benchmarks import selection_modes
+    return selection_modes.run(quick)
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),
+    "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),
     "adult": ("python -m benchmarks.adult_tstr", _adult),
+    "adult_llm": ("python -m benchmarks.adult_llm", _adult_llm),
+    "triage": ("python -m benchmarks.triage", _triage),
     "decode": ("python -m benchmarks.decode", _decode),
     "generation": ("python -m benchmarks.generation", _generation),
 }

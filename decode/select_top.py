@@ -9,19 +9,25 @@ winners are DP outputs and candidates are synthetic.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from decode.released import Released
 from selpe_audit.kernel import Kernel, KernelConfig
 
+if TYPE_CHECKING:
+    from selpe_audit.embeddings import Embedder
 
-def artifact_kernel(released: Released) -> tuple[Kernel, dict[str, Any] | None]:
+
+def artifact_kernel(released: Released, embedder: Embedder | None = None
+                    ) -> tuple[Kernel, dict[str, Any] | None]:
     """The release's kernel, and what provenance records about the local embedder.
 
     A local embedder whose weights differ from the artifact's still ranks candidates, just
-    not by the release's exact distances; provenance says whether they match.
+    not by the release's exact distances; provenance says whether they match. ``embedder``
+    lets a caller that decodes many times (the benchmarks) share one model and text cache;
+    by default a fresh `Embedder` is loaded.
     """
     block = released.kernel
     assert block is not None, "SelectTop needs an artifact with a selection block"
@@ -32,9 +38,10 @@ def artifact_kernel(released: Released) -> tuple[Kernel, dict[str, Any] | None]:
     numeric_only = Kernel(released.schema, None, config)
     if not numeric_only.semantic_channels:
         return numeric_only, None
-    from selpe_audit.embeddings import Embedder  # loads torch: only when a channel needs it
+    if embedder is None:
+        from selpe_audit.embeddings import Embedder  # loads torch: only when a channel needs it
 
-    embedder = Embedder()
+        embedder = Embedder()
     kernel = Kernel(released.schema, embedder, config)
     info = embedder.info.to_json()
     expected = (block.get("embedder") or {}).get("weights_sha256")

@@ -20,6 +20,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="artifact folder to write (default out/release)")
     p.add_argument("--key", dest="release_key", help="release signing key (PEM)")
     p.add_argument("--epsilon", type=float, help="total epsilon of this release (default 2.0)")
+    p.add_argument("--delta", type=float,
+                   help="delta for the Gaussian selection modes (default 1e-6; selpe and the "
+                        "counts are pure epsilon-DP)")
     p.add_argument("--unit", choices=["row", "person"], help="privacy unit")
     p.add_argument("--id-field", help="person id field (unit = person)")
     p.add_argument("--max-contributions", type=int, help="rows kept per person (unit = person)")
@@ -28,6 +31,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invalid-rows", choices=["fail", "drop"],
                    help="what to do with rows that break the schema (default fail)")
     sel = p.add_argument_group("selection (SelPE)")
+    sel.add_argument("--selection", dest="selection_mode",
+                     choices=["selpe", "pe-histogram", "representatives"],
+                     help="selection mechanism: selpe (per-batch noisy max, pure epsilon-DP; "
+                          "default), pe-histogram (Private Evolution's Gaussian vote "
+                          "histogram) or representatives (SecPE's noisy cluster "
+                          "representatives); the Gaussian modes are (epsilon, delta)-DP")
     sel.add_argument("--counts-share", type=float,
                      help="share of epsilon for noisy counts; the rest goes to selection "
                           "(default 0.5; 1 = counts only)")
@@ -43,7 +52,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
-        "data", "schema", "dataset", "out", "release_key", "epsilon", "unit", "id_field",
+        "data", "schema", "dataset", "out", "release_key", "epsilon", "delta",
+        "selection_mode", "unit", "id_field",
         "max_contributions", "lifetime_ledger", "lifetime_epsilon", "invalid_rows",
         "candidates", "model", "gpu_layers", "rounds", "batches", "k")}
     if args.counts_share is not None:
@@ -53,11 +63,14 @@ def _run(args: argparse.Namespace) -> int:
     result = run_release(cfg, console)
     ledger = result.doc["ledger"]
     t = Table(title="privacy ledger")
-    for col in ("mechanism id", "mechanism", "scale", "epsilon"):
+    for col in ("mechanism id", "mechanism", "scale", "epsilon", "delta", "rho"):
         t.add_column(col)
     for e in ledger["entries"]:
-        t.add_row(e["id"], e["mechanism"], f"{e['scale']:.3g}", f"{e['epsilon']:.4g}")
-    t.add_row("total", "", "", f"{ledger['total_epsilon']:.4g}")
+        rho = f"{e['rho']:.4g}" if "rho" in e else ""
+        t.add_row(e["id"], e["mechanism"], f"{e['scale']:.3g}", f"{e['epsilon']:.4g}",
+                  f"{e['delta']:.3g}", rho)
+    t.add_row("total", "", "", f"{ledger['total_epsilon']:.4g}",
+              f"{ledger['total_delta']:.3g}", "")
     Console(highlight=False).print(t)
     return 0
 

@@ -10,7 +10,7 @@ Example (``examples/release.toml``)::
 
     [budget]
     epsilon = 2.0          # total for this release
-    delta = 0.0
+    # delta = 1e-6         # only for the Gaussian selection modes (default 1e-6 there)
     counts = 0.5           # shares of epsilon; they must sum to 1
     selection = 0.5
     lifetime_epsilon = 10.0
@@ -34,6 +34,19 @@ Example (``examples/release.toml``)::
     name = "admission by arrival mode"
     outcome = { field = "disposition", values = ["admitted-ward", "admitted-icu"] }
     cells = ["arrival_mode"]
+
+    [selection]
+    mode = "selpe"         # or "pe-histogram", "representatives" (Gaussian, need delta)
+    threshold = 1.0        # pe-histogram: drop candidates with noisy votes <= 1 noise scale
+    anchors = 0            # representatives: k-means anchors per class (0: the round quota)
+    radius = 0.5           # representatives: clip norm of a row's offset from its anchor
+    dims = 16              # representatives: dimensions of the public basis
+
+Delta: selpe and the counts are pure epsilon-DP (delta = 0, and a delta > 0 is refused).
+The Gaussian modes spend rho-zCDP that OpenDP converts to (epsilon, delta) at the given
+delta; leaving delta out uses DEFAULT_DELTA = 1e-6 (a fixed public number: a rule like
+1 / n^1.1 would depend on the private row count). Delta should stay well below 1 / (number
+of privacy units); more than MAX_DELTA = 1e-3 is refused.
 """
 
 from __future__ import annotations
@@ -45,12 +58,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from release.selection import SelectionConfig
+from release.selection import GAUSSIAN_MODES, MODES, SelectionConfig
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
 DEFAULT_EPSILON = 2.0
 DEFAULT_LIFETIME_EPSILON = 10.0
+DEFAULT_DELTA = 1e-6
+MAX_DELTA = 1e-3
 
 
 @dataclass(frozen=True)
@@ -79,7 +94,7 @@ class ReleaseConfig:
     out: Path
     release_key: Path
     epsilon: float = DEFAULT_EPSILON
-    delta: float = 0.0
+    delta: float | None = None
     counts_share: float = 0.5
     selection_share: float = 0.5
     lifetime_epsilon: float = DEFAULT_LIFETIME_EPSILON
@@ -103,6 +118,22 @@ class ReleaseConfig:
     gpu_layers: int = 0
     generation_seed: int = 0
     channels: str | None = None
+    selection_mode: str = "selpe"
+    threshold: float = 1.0
+    anchors: int = 0
+    radius: float = 0.5
+    dims: int = 16
+
+    @property
+    def gaussian_selection(self) -> bool:
+        return self.selection_share > 0 and self.selection_mode in GAUSSIAN_MODES
+
+    @property
+    def selection_delta(self) -> float:
+        """The delta the release spends: 0 unless a Gaussian selection mode runs."""
+        if not self.gaussian_selection:
+            return 0.0
+        return DEFAULT_DELTA if self.delta is None else self.delta
 
     @property
     def counts_epsilon(self) -> float:
@@ -113,7 +144,9 @@ class ReleaseConfig:
         return self.epsilon * self.selection_share
 
     def selection_config(self) -> SelectionConfig:
-        return SelectionConfig(self.rounds, self.k, self.batches, self.q, self.schedule)
+        return SelectionConfig(self.rounds, self.k, self.batches, self.q, self.schedule,
+                               self.selection_mode, self.threshold, self.anchors, self.radius,
+                               self.dims)
 
     def check(self, schema: Schema | None = None) -> ReleaseConfig:
         """Raise a one-line `UserError` for anything invalid; return self for chaining."""
@@ -121,11 +154,10 @@ class ReleaseConfig:
             raise UserError("config: dataset must be a non-empty name")
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise UserError("config: budget.epsilon must be a finite number > 0")
-        if not 0 <= self.delta < 1:
-            raise UserError("config: budget.delta must be in [0, 1)")
-        if self.delta > 0:
-            raise UserError("config: budget.delta > 0 is not supported by the pure-DP "
-                            "mechanisms of this release; set delta = 0")
+        if self.selection_mode not in MODES:
+            raise UserError(f"config: unknown selection mode '{self.selection_mode}'; choose "
+                            f"one of {', '.join(MODES)}")
+        self._check_delta()
         shares = (self.counts_share, self.selection_share)
         if any(s < 0 for s in shares) or not math.isclose(sum(shares), 1.0, abs_tol=1e-9):
             raise UserError("config: budget.counts + budget.selection must sum to 1 "
@@ -159,6 +191,23 @@ class ReleaseConfig:
         if schema is not None:
             self._check_against(schema)
         return self
+
+    def _check_delta(self) -> None:
+        delta = self.delta
+        if delta is not None and not (isinstance(delta, int | float) and 0 <= delta < 1):
+            raise UserError("config: budget.delta must be a number in [0, 1)")
+        if self.selection_mode in GAUSSIAN_MODES:
+            if delta == 0:
+                raise UserError(f"config: selection mode '{self.selection_mode}' is Gaussian "
+                                "and needs budget.delta > 0 (leave it out for the default "
+                                f"{DEFAULT_DELTA:g})")
+            if delta is not None and delta > MAX_DELTA:
+                raise UserError(f"config: budget.delta {delta:g} is above {MAX_DELTA:g}; keep "
+                                "it well below 1 / (number of privacy units)")
+        elif delta:
+            raise UserError("config: budget.delta > 0 applies to the Gaussian selection modes "
+                            "(pe-histogram, representatives) only; selpe and the counts are "
+                            "pure epsilon-DP: set delta = 0 or leave it out")
 
     def _check_against(self, schema: Schema) -> None:
         known = set(schema.field_names)
@@ -263,7 +312,8 @@ _SECTIONS = {
     "selection": {"rounds": "rounds", "k": "k", "batches": "batches", "q": "q",
                   "schedule": "schedule", "candidates": "candidates", "model": "model",
                   "gpu_layers": "gpu_layers", "seed": "generation_seed",
-                  "channels": "channels"},
+                  "channels": "channels", "mode": "selection_mode", "threshold": "threshold",
+                  "anchors": "anchors", "radius": "radius", "dims": "dims"},
 }
 _TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows"}
 

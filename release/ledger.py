@@ -37,14 +37,18 @@ class LedgerEntry:
     delta: float
     scope: str
     composition: str
+    accounting: str = "pure epsilon-DP"  # or "rho-zCDP" (epsilon, delta then in a conversion)
+    rho: float | None = None
+    mu: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: str) -> dict:
+def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: str,
+                 total_delta: float = 0.0) -> dict:
     return {"entries": [e.to_json() for e in entries], "total_epsilon": total_epsilon,
-            "total_delta": 0.0, "accountant": accountant}
+            "total_delta": total_delta, "accountant": accountant}
 
 
 def _safe_name(dataset: str) -> str:
@@ -120,7 +124,8 @@ class LifetimeLedger:
             self._write(doc)
             return rid
 
-    def finish(self, rid: str, status: str, epsilon: float | None = None) -> None:
+    def finish(self, rid: str, status: str, epsilon: float | None = None,
+               delta: float | None = None) -> None:
         with self._locked():
             doc = self._read()
             for r in doc["releases"]:
@@ -128,4 +133,6 @@ class LifetimeLedger:
                     r["status"] = status
                     if epsilon is not None:
                         r["epsilon"] = epsilon
+                    if delta:  # recorded for the reviewer; the lifetime budget is epsilon
+                        r["delta"] = delta
             self._write(doc)

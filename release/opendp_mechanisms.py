@@ -8,6 +8,7 @@ the privacy unit and the budget it is given).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ import polars as pl
 dp.enable_features("contrib", "honest-but-curious")  # user measurement: selection rounds
 
 COUNT_COLUMN = "dp_count"
+#: The user domain of the private input to selection rounds (`release.selection.PrivateClasses`).
+PRIVATE_DOMAIN = "SelPEPrivateBatches"
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,7 @@ def noisy_max_scale(n_candidates: int, epsilon: float) -> float:
 
 def selection_compositor(epsilons: list[float]) -> dp.Measurement:
     """Adaptive composition over rounds: each round's candidates depend on earlier winners."""
-    domain = dp.user_domain("SelPEPrivateBatches", lambda _: True)
+    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
     return dp.c.make_adaptive_composition(domain, dp.symmetric_distance(), dp.max_divergence(),
                                           d_in=1, d_mids=list(epsilons))
 
@@ -181,8 +184,88 @@ def selection_round(epsilon: float, function: Callable[[Any], Any]) -> dp.Measur
     (a unit lives in one class and, by the keyed hash, in one batch), so they compose in
     parallel: one unit costs epsilon; d_in units cost at most d_in * epsilon.
     """
-    domain = dp.user_domain("SelPEPrivateBatches", lambda _: True)
+    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
     return dp.m.make_user_measurement(domain, dp.symmetric_distance(), dp.max_divergence(),
                                       function=function,
                                       privacy_map=lambda d_in: epsilon * d_in,
                                       TO="ExtrinsicObject")
+
+
+# ----- Gaussian selection modes (pe-histogram, representatives): zCDP rounds ---------------
+
+GAUSSIAN_CONSTRUCTOR = ("opendp.transformations.make_user_transformation (stability d_in * "
+                        "sensitivity, L2) >> opendp.measurements.make_gaussian "
+                        "(ZeroConcentratedDivergence)")
+CONVERSION_CONSTRUCTOR = ("opendp.combinators.make_adaptive_composition (zCDP) >> "
+                          "make_zCDP_to_approxDP >> make_fix_delta")
+
+
+def _vector_space() -> tuple[dp.Domain, dp.Metric]:
+    return dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float)
+
+
+def gaussian_compositor(rhos: list[float]) -> dp.Measurement:
+    """Adaptive composition of the rounds in zero-concentrated DP (rho adds up)."""
+    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
+    return dp.c.make_adaptive_composition(domain, dp.symmetric_distance(),
+                                          dp.zero_concentrated_divergence(), d_in=1,
+                                          d_mids=list(rhos))
+
+
+def to_approx_dp(measurement: dp.Measurement, delta: float) -> dp.Measurement:
+    """OpenDP's rho-zCDP -> (epsilon, delta) conversion at a fixed delta."""
+    return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(measurement), delta)
+
+
+def approx_dp_of(rhos: list[float], delta: float) -> tuple[float, float]:
+    """(epsilon, delta) of the composed rounds, from OpenDP's maps."""
+    eps, d = to_approx_dp(gaussian_compositor(rhos), delta).map(1)
+    return float(eps), float(d)
+
+
+def zcdp_budget(epsilon: float, delta: float, shares: list[float]) -> list[float]:
+    """Per-round rho (shares of a total) for the largest total whose OpenDP conversion to
+    (epsilon, delta) stays within ``epsilon``."""
+    def fits(total: float) -> bool:
+        return approx_dp_of([total * s for s in shares], delta)[0] <= epsilon
+
+    # zCDP -> (epsilon, delta) gives epsilon >= rho, so the total lies below epsilon
+    total = float(dp.binary_search(fits, bounds=(epsilon * 1e-12, epsilon)))
+    if not fits(total):
+        raise RuntimeError("no zCDP budget meets the selection epsilon")
+    return [total * s for s in shares]
+
+
+def gaussian_with_scale(scale: float) -> dp.Measurement:
+    return dp.m.make_gaussian(*_vector_space(), scale=scale)
+
+
+def gaussian_scale(sensitivity: float, rho: float) -> float:
+    """The Gaussian scale whose OpenDP map at L2 distance ``sensitivity`` is <= rho.
+
+    OpenDP's map is rho = (d_in / scale)^2 / 2, so one probe at scale 1 gives the scale;
+    the map of the result is checked against the slot."""
+    probe = float(gaussian_with_scale(1.0).map(sensitivity))
+    scale = math.sqrt(probe / rho) * (1 + 1e-9)
+    if gaussian_with_scale(scale).map(sensitivity) > rho:
+        raise RuntimeError("OpenDP calibration of the Gaussian exceeded its rho")
+    return scale
+
+
+def gaussian_round(sensitivity: float, scale: float, vectorize: Callable[[Any], Any],
+                   postprocess: Callable[[Any], Any]) -> dp.Measurement:
+    """One Gaussian round as an OpenDP chain on the private input.
+
+    ``vectorize`` maps the private input to one float vector in which one privacy unit
+    moves at most ``sensitivity`` in L2 (the caller bounds it by clipping and weights; the
+    stability map states it). OpenDP's Gaussian adds the noise; ``postprocess`` turns the
+    noisy vector into winners inside the measurement, so nothing else leaves it.
+    """
+    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
+    vdomain, vmetric = _vector_space()
+    stats = dp.t.make_user_transformation(
+        domain, dp.symmetric_distance(), vdomain, vmetric,
+        function=lambda priv: [float(x) for x in vectorize(priv)],
+        stability_map=lambda d_in: float(d_in) * sensitivity)
+    post = dp.new_function(lambda noisy: postprocess(noisy), TO="ExtrinsicObject")
+    return stats >> gaussian_with_scale(scale) >> post

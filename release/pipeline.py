@@ -19,13 +19,26 @@ from release.candidates import candidate_source
 from release.config import ReleaseConfig
 from release.counts import UNIT_COL, counts_section, derive_frame, plan_queries
 from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
-from release.opendp_mechanisms import PrivacyUnit, release_counts
+from release.opendp_mechanisms import (
+    CONVERSION_CONSTRUCTOR,
+    GAUSSIAN_CONSTRUCTOR,
+    PrivacyUnit,
+    release_counts,
+)
 from release.private_data import PrivateTable, read_private_rows
-from release.selection import CONSTRUCTOR, PrivateClasses, run_selpe, unit_id_of
+from release.selection import (
+    CONSTRUCTOR,
+    PrivateClasses,
+    RoundOutput,
+    SelectionRun,
+    one_class_per_unit,
+    run_selection,
+    unit_id_of,
+)
 from selpe_audit.artifact import FORMAT, FORMAT_VERSION, tool_versions, write_release
 from selpe_audit.embeddings import Embedder
 from selpe_audit.errors import UserError
-from selpe_audit.guarantees import derived_guarantees
+from selpe_audit.guarantees import derived_guarantees, gdp_interpretation
 from selpe_audit.kernel import Kernel, KernelConfig
 from selpe_audit.review_html import write_review_html
 from selpe_audit.schema import Schema, load_schema
@@ -34,6 +47,16 @@ from selpe_audit.signing import key_id, load_private_key
 ACCOUNTANT = ("OpenDP: a Context compositor over the count queries and an adaptive "
               "compositor over the selection rounds, each entry's epsilon from its privacy "
               "map; the two parts compose sequentially (total = their sum)")
+GAUSSIAN_ACCOUNTANT = (
+    "OpenDP: a Context compositor over the count queries (pure epsilon-DP) and an adaptive "
+    "compositor in zero-concentrated DP over the Gaussian selection rounds (rho adds up), "
+    "whose total rho OpenDP converts to (epsilon, delta) at the configured delta "
+    "(selection/zcdp-to-approx-dp); the two parts compose sequentially (epsilons add, the "
+    "delta is the selection's). Round entries state rho and mu; their epsilon is counted "
+    "in the conversion entry.")
+MECHANISMS = {"pe-histogram": "Gaussian noise on the vote histogram (pe-histogram)",
+              "representatives": "Gaussian noise on anchor counts and clipped offset sums "
+                                 "(representatives, SecPE)"}
 
 
 @dataclass(frozen=True)
@@ -77,30 +100,33 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0, r.scope,
                            r.composition) for r in counts.results]
     counts_block = counts_section(schema, cfg, counts)
-    total = counts.total_epsilon
-    selection = None
+    total, total_delta = counts.total_epsilon, 0.0
+    selection, run = None, None
     if source is not None:
-        with con.status("SelPE selection") as status:
-            priv = _private_classes(table.priv_rows, schema, kernel, person_field)
+        with con.status(f"selection ({cfg.selection_mode})") as status:
+            rows = table.priv_rows
+            if cfg.selection_mode == "selpe":  # the Gaussian modes weight rows instead
+                rows = one_class_per_unit(rows, schema, person_field)
+            priv = _private_classes(rows, schema, kernel, person_field)
+            del rows
             del table
-            rounds, sel_eps = run_selpe(schema, priv, kernel, source, cfg.selection_config(),
-                                        cfg.selection_epsilon, hints=class_hints(counts_block),
-                                        progress=_progress(con, status.update))
+            run = run_selection(schema, priv, kernel, source, cfg.selection_config(),
+                                cfg.selection_epsilon, cfg.selection_delta,
+                                hints=class_hints(counts_block),
+                                progress=_progress(con, status.update))
             del priv
-        entries += [LedgerEntry(
-            f"selection/round/{r.round}", "report noisy max per batch", CONSTRUCTOR, r.scale,
-            r.epsilon, 0.0, f"round {r.round}: every class, {cfg.batches} disjoint batches each",
-            "parallel across batches and classes; sequential across rounds (OpenDP adaptive "
-            "composition)") for r in rounds]
-        total += sel_eps
-        selection = selection_section(cfg, kernel, source, rounds, sel_eps)
-    if total > cfg.epsilon + 1e-9:
+        entries += selection_entries(cfg, run)
+        total += run.accounting.epsilon
+        total_delta = run.accounting.delta
+        selection = selection_section(cfg, kernel, source, run)
+    if total > cfg.epsilon + 1e-9 or total_delta > cfg.selection_delta * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting exceeds the configured budget")
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
-                         counts_block, selection)
+                         counts_block, selection, total_delta,
+                         run.accounting.mu if run is not None else None)
     path = write_release(cfg.out, doc, cfg.release_key)
     write_review_html(cfg.out, doc)
-    ledger.finish(rid, "released", epsilon=total)
+    ledger.finish(rid, "released", epsilon=total, delta=total_delta)
     con.print(f"wrote and signed {path} in {time.perf_counter() - t0:.1f} s; "
               f"epsilon spent {total:g} of {cfg.epsilon:g}")
     return ReleaseResult(path, doc)
@@ -138,24 +164,80 @@ def class_hints(counts: dict[str, Any]) -> dict[Any, dict[str, str]]:
     return hints
 
 
-def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: Any, rounds: list,
-                      epsilon: float) -> dict[str, Any]:
+def selection_entries(cfg: ReleaseConfig, run: SelectionRun) -> list[LedgerEntry]:
+    """Ledger entries of the selection: one per round (plus the zCDP conversion)."""
+    if cfg.selection_mode == "selpe":
+        return [LedgerEntry(
+            f"selection/round/{r.round}", "report noisy max per batch", CONSTRUCTOR, r.scale,
+            float(r.epsilon or 0.0), 0.0,
+            f"round {r.round}: every class, {cfg.batches} disjoint batches each",
+            "parallel across batches and classes; sequential across rounds (OpenDP adaptive "
+            "composition)") for r in run.rounds]
+    acc = run.accounting
+    entries = [LedgerEntry(
+        f"selection/round/{r.round}", MECHANISMS[cfg.selection_mode], GAUSSIAN_CONSTRUCTOR,
+        r.scale, 0.0, 0.0,
+        f"round {r.round}: every class in one Gaussian (L2 sensitivity {r.sensitivity:.4g} "
+        "per privacy unit)",
+        "sequential across rounds in zCDP (OpenDP adaptive composition); its epsilon and "
+        "delta are in selection/zcdp-to-approx-dp", "rho-zCDP", rho=r.rho, mu=r.mu)
+        for r in run.rounds]
+    entries.append(LedgerEntry(
+        "selection/zcdp-to-approx-dp", "conversion of the rounds' total rho-zCDP to "
+        "(epsilon, delta) (no noise of its own)", CONVERSION_CONSTRUCTOR, 0.0, acc.epsilon,
+        acc.delta, f"all {len(run.rounds)} selection rounds: rho {acc.rho:.6g}, mu "
+        f"{acc.mu:.6g}", "sequential with the counts (epsilons add)",
+        "(epsilon, delta)-DP from rho-zCDP", rho=acc.rho, mu=acc.mu))
+    return entries
+
+
+def _round_json(r: RoundOutput, pool_size: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"round": r.round, "epsilon": r.epsilon, "scale": r.scale,
+                           "quota": r.quota, "pool_size": pool_size, "classes": r.classes}
+    if r.rho is not None:
+        out.update(rho=r.rho, mu=r.mu, sensitivity=r.sensitivity)
+    return out
+
+
+def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: Any,
+                      run: SelectionRun) -> dict[str, Any]:
     sel = cfg.selection_config()
-    return {
-        "mechanism": "selpe",
+    rounds = run.rounds
+    out: dict[str, Any] = {
+        "mechanism": sel.mode,
+        "mode": sel.mode,
         "T": sel.rounds, "K": sel.k, "b": sel.batches, "q": sel.q,
-        "schedule": [r.epsilon for r in rounds],
-        "epsilon": epsilon,
+        "schedule": [r.epsilon if r.rho is None else r.rho for r in rounds],
+        "epsilon": run.accounting.epsilon,
+        "accounting": run.accounting.to_json(),
         "kernel": kernel.to_json(),
         "candidates": source.describe(),
-        "rounds": [{"round": r.round, "epsilon": r.epsilon, "scale": r.scale, "quota": r.quota,
-                    "pool_size": sel.k * r.quota, "classes": r.classes} for r in rounds],
+        "rounds": [_round_json(r, sel.k * r.quota) for r in rounds],
     }
+    if sel.mode == "pe-histogram":
+        out["pe_histogram"] = {
+            "threshold_noise_scales": sel.threshold,
+            "votes": "each private row votes for its nearest candidate (kernel distance) "
+                     "with weight 1 / (its privacy unit's rows): L2 sensitivity 1",
+            "survivors": "candidates with noisy votes above threshold x scale, most votes "
+                         "first, up to the quota (at least the top one)"}
+    elif sel.mode == "representatives":
+        out["representatives"] = {
+            "anchors": sel.anchors or "the round's quota", "radius": sel.radius,
+            "dims": sel.dims,
+            "skeleton": "k-means anchors and a PCA basis of the round's candidates (public)",
+            "votes": "noisy center = anchor + basis (noisy offset sum / max(noisy count, 1)); "
+                     "each votes for its nearest candidate with its noisy count"}
+    return out
 
 
 def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                    entries: list[LedgerEntry], total: float, counts: dict[str, Any],
-                   selection: dict[str, Any] | None = None) -> dict[str, Any]:
+                   selection: dict[str, Any] | None = None, total_delta: float = 0.0,
+                   selection_mu: float | None = None) -> dict[str, Any]:
+    guarantees = derived_guarantees(total, total_delta)
+    if selection_mu is not None:
+        guarantees["selection_gdp"] = gdp_interpretation(selection_mu)
     unit: dict[str, Any] = {"unit": cfg.unit}
     if cfg.unit == "person":
         unit.update(id_field=cfg.id_field or schema.id_field,
@@ -170,13 +252,15 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
         "schema_sha256": schema.sha256(),
         "privacy_unit": unit,
         "release_key_id": release_key_id,
-        "budget": {"epsilon": cfg.epsilon, "delta": cfg.delta,
+        "budget": {"epsilon": cfg.epsilon, "delta": cfg.selection_delta,
                    "split": {"counts": cfg.counts_share, "selection": cfg.selection_share},
                    "counts": {"gamma": cfg.gamma if cfg.cohorts else 0.0,
                               "alpha": cfg.alpha if cfg.rates else 0.0, "n_min": cfg.n_min},
                    "lifetime_epsilon": cfg.lifetime_epsilon},
-        "ledger": ledger_block(entries, total, ACCOUNTANT),
-        "guarantees": derived_guarantees(total, 0.0),
+        "ledger": ledger_block(entries, total,
+                               GAUSSIAN_ACCOUNTANT if selection_mu is not None else ACCOUNTANT,
+                               total_delta),
+        "guarantees": guarantees,
         "counts": counts,
         "selection": selection,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -47,6 +47,27 @@ _LEDGER_ENTRY = {
         "delta": {"type": "number", "minimum": 0, "maximum": 1},
         "scope": {"type": "string"},
         "composition": {"type": "string"},
+        # Gaussian selection modes: accounting "rho-zCDP" (rho, mu per round) or the
+        # conversion entry's "(epsilon, delta)-DP from rho-zCDP"; absent: pure epsilon-DP
+        "accounting": {"type": "string"},
+        "rho": {"type": "number", "minimum": 0},
+        "mu": {"type": "number", "minimum": 0},
+    },
+}
+_PR = {"type": "array", "items": {"type": "object", "required": ["prior", "success_max"],
+                                  "properties": {"prior": _NUM, "success_max": _NUM}}}
+_SELECTION = {
+    "type": ["object", "null"],
+    "properties": {
+        "mode": {"enum": ["selpe", "pe-histogram", "representatives"]},
+        "accounting": {
+            "type": "object",
+            "required": ["mode", "measure", "epsilon", "delta"],
+            "properties": {"epsilon": {"type": "number", "minimum": 0},
+                           "delta": {"type": "number", "minimum": 0, "maximum": 1},
+                           "rho": {"type": ["number", "null"], "minimum": 0},
+                           "mu": {"type": ["number", "null"], "minimum": 0}},
+        },
     },
 }
 
@@ -90,13 +111,19 @@ ARTIFACT_JSON_SCHEMA: dict[str, Any] = {
             "properties": {
                 "entries": {"type": "array", "items": _LEDGER_ENTRY},
                 "total_epsilon": {"type": "number", "minimum": 0},
-                "total_delta": {"type": "number", "minimum": 0},
+                "total_delta": {"type": "number", "minimum": 0, "maximum": 1},
                 "accountant": {"type": "string"},
             },
         },
-        "guarantees": {"type": "object"},
+        "guarantees": {
+            "type": "object",
+            "properties": {"selection_gdp": {
+                "type": "object", "required": ["mu", "formula", "reconstruction_success_max"],
+                "properties": {"mu": {"type": "number", "minimum": 0},
+                               "reconstruction_success_max": _PR}}},
+        },
         "counts": {"type": "object"},
-        "selection": {"type": ["object", "null"]},
+        "selection": _SELECTION,
         "created": {"type": "string"},
     },
 }

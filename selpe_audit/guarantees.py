@@ -7,11 +7,16 @@
 - Reconstruction of a secret with prior success p: r <= min(1, e^eps p + delta,
   1 - e^-eps (1 - p - delta)), the same region read as a bound on a Bayesian adversary
   (SecPE's (p, r)-protection; Hayes et al. 2023 give the same shape for pure DP).
+- For mu-GDP mechanisms (the Gaussian selection modes), SecPE's interpretation
+  r = Phi(Phi^-1(p) + mu) (Dong, Roth & Su 2022: the mu-GDP trade-off curve read as a bound
+  on reconstruction). Reported for the selection step only, next to the (epsilon, delta)
+  guarantee, never instead of it.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 FPRS = (0.01, 0.001)
 PRIORS = (1e-2, 1e-4)
@@ -68,4 +73,31 @@ def derived_guarantees(epsilon: float, delta: float) -> dict:
             "Hayes, Mahloujifar, Balle (2023), Bounding data reconstruction attacks with the "
             "hypothesis testing interpretation of differential privacy",
         ],
+    }
+
+
+def gdp_reconstruction_bound(mu: float, prior: float) -> float:
+    """SecPE's (p, r) for a mu-GDP mechanism: r = Phi(Phi^-1(p) + mu)."""
+    n = NormalDist()
+    return n.cdf(n.inv_cdf(prior) + mu)
+
+
+def gdp_interpretation(mu: float) -> dict:
+    """The (p, r) reading of the Gaussian selection's composed mu (guarantees.selection_gdp)."""
+    pr = [{"prior": p, "success_max": gdp_reconstruction_bound(mu, p)} for p in PRIORS]
+    return {
+        "mu": mu,
+        "scope": "the Gaussian selection rounds only (mu = sqrt(sum of the rounds' mu^2)); "
+                 "the noisy counts are pure epsilon-DP and not part of this number",
+        "formula": "r = Phi(Phi^-1(p) + mu)",
+        "reconstruction_success_max": pr,
+        "statements": [
+            f"Selection alone: a secret guessed with probability {r['prior']:g} beforehand is "
+            f"reconstructed from the selection with probability at most "
+            f"{r['success_max']:.3g} (SecPE's (p, r) reading of mu = {mu:.3g} GDP)."
+            for r in pr],
+        "note": "An interpretation, not the release's guarantee: the guarantee is the full "
+                "(epsilon, delta)-DP stated above, which covers every mechanism.",
+        "references": ["Dong, Roth, Su (2022), Gaussian differential privacy",
+                       "SecPE: secret-protected evolution for DP synthetic data"],
     }

@@ -288,11 +288,26 @@ def _guarantees(doc: dict[str, Any]) -> str:
     nums += [(f"reconstruction success max at prior {fmt_value(as_dict(r).get('prior'))}",
               as_dict(r).get("success_max"))
              for r in as_list(g.get("reconstruction_success_max"))]
+    gdp = as_dict(g.get("selection_gdp"))
+    if gdp:
+        words += "".join(f"<li>{_e(s)}</li>" for s in as_list(gdp.get("statements")))
+        words += f'<li class="muted">{_e(gdp.get("note"))}</li>'
+        nums.append(("selection mu (GDP)", gdp.get("mu")))
+        nums += [(f"selection (p, r): r at prior {fmt_value(as_dict(r).get('prior'))}",
+                  as_dict(r).get("success_max"))
+                 for r in as_list(gdp.get("reconstruction_success_max"))]
     refs = "".join(f"<li>{_e(r)}</li>" for r in as_list(g.get("references")))
     return _section("guarantees", "What the guarantee means",
                     f'<div class="grid2"><div><ul class="words">{words}</ul></div>'
                     f"<div>{_kv(nums)}<h3>References</h3><ul class=\"refs\">{refs}</ul></div>"
                     "</div>")
+
+
+def _accounting(e: dict[str, Any]) -> str:
+    """An entry's accounting: pure epsilon-DP unless it states rho-zCDP (Gaussian modes)."""
+    text = str(e.get("accounting", "pure epsilon-DP"))
+    extra = [f"{k} {fmt_value(e[k])}" for k in ("rho", "mu") if isinstance(e.get(k), int | float)]
+    return text + (f" ({', '.join(extra)})" if extra else "")
 
 
 def _ledger(doc: dict[str, Any]) -> str:
@@ -302,10 +317,10 @@ def _ledger(doc: dict[str, Any]) -> str:
              f'<span class="mono small">{_e(e.get("constructor"))}</span>',
              *(f'<span class="num">{_e(fmt_value(e.get(k)))}</span>' for k in ("scale", "epsilon",
                                                                            "delta")),
-             _e(e.get("scope")), _e(e.get("composition"))] for e in entries]
+             _e(_accounting(e)), _e(e.get("scope")), _e(e.get("composition"))] for e in entries]
     rows.append(["<strong>total</strong>", "", "", "",
                  f"<strong>{_e(fmt_value(ledger.get('total_epsilon')))}</strong>",
-                 f"<strong>{_e(fmt_value(ledger.get('total_delta')))}</strong>", "", ""])
+                 f"<strong>{_e(fmt_value(ledger.get('total_delta')))}</strong>", "", "", ""])
     eps = [e.get("epsilon") for e in entries]
     note = ""
     if all(isinstance(x, int | float) for x in eps) and isinstance(
@@ -316,7 +331,7 @@ def _ledger(doc: dict[str, Any]) -> str:
                     "total differs: read the accountant's note and the composition column.</p>")
     return _section("ledger", "Privacy ledger",
                     _table(["mechanism id", "mechanism", "OpenDP constructor", "scale", "epsilon",
-                            "delta", "scope", "composition"], rows, "ledger")
+                            "delta", "accounting", "scope", "composition"], rows, "ledger")
                     + f'<p class="muted">Accountant: {_e(ledger.get("accountant"))}</p>' + note)
 
 
@@ -430,21 +445,30 @@ def _selection(doc: dict[str, Any]) -> str:
     for rnd, cls, role, i, rec in exemplars(doc):
         groups.setdefault((fmt_value(rnd), fmt_value(cls)), []).append(
             _record_card(doc, role, i, rec))
-    eps = {fmt_value(as_dict(r).get("round")): as_dict(r).get("epsilon")
+    eps = {fmt_value(as_dict(r).get("round")): _round_budget(as_dict(r))
            for r in as_list(sel.get("rounds"))}
     label = as_dict(doc.get("schema")).get("x-label", "class")
     current = None
     for (rnd, cls), cards in groups.items():
         if rnd != current:
             current = rnd
-            parts.append(f'<h3 class="round">Round {_e(rnd)} <span class="muted small">epsilon '
-                         f"{_e(fmt_value(eps.get(rnd)))}</span></h3>")
+            parts.append(f'<h3 class="round">Round {_e(rnd)} <span class="muted small">'
+                         f"{_e(eps.get(rnd))}</span></h3>")
         parts.append(f'<h4>{_e(label)} {_e(cls)}</h4><div class="cards">{"".join(cards)}</div>')
+    how = {"pe-histogram": "Gaussian noisy vote histograms (pe-histogram)",
+           "representatives": "votes of Gaussian noisy cluster representatives "
+                              "(representatives)"}.get(str(sel.get("mode")), "DP noisy max")
     return _section("selection", "Exemplars (synthetic records chosen by DP selection)",
-                    "<p>Winners were chosen with DP noisy max among candidates generated from "
+                    f"<p>Winners were chosen with {_e(how)} among candidates generated from "
                     "public inputs; partners are non-private contrastive examples. All are "
                     "synthetic: text that looks like personal data is highlighted.</p>"
                     + "".join(parts))
+
+
+def _round_budget(r: dict[str, Any]) -> str:
+    if isinstance(r.get("rho"), int | float):
+        return f"rho {fmt_value(r['rho'])}, mu {fmt_value(r.get('mu'))}"
+    return f"epsilon {fmt_value(r.get('epsilon'))}"
 
 
 def _record_card(doc: dict[str, Any], role: str, i: int, rec: dict[str, Any]) -> str:

@@ -37,3 +37,69 @@ def test_throughput_benchmarks_quick(tmp_path):
     assert set(entries) == {"decode", "generation"}
     assert all(e["command"].endswith("--quick") for e in entries.values())
     assert "## decode" in out.read_text() and "## generation" in out.read_text()
+
+
+def _quick_json(module: str, tmp_path, *args: str) -> dict:
+    out = tmp_path / f"{module}.json"
+    r = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--quick", "--json",
+                        str(out), *args], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def _sane(row: dict) -> None:
+    assert row["validity_strict"] == 1.0
+    assert 0 <= row["tvd_1way"] <= 1 and 0 <= row["tvd_2way"] <= 1
+    for u in row["utility"].values():
+        assert 0 <= u["synthetic"] <= 1 and 0 <= u["real_sample"] <= 1
+    for m in row["mia"].values():
+        assert 0 <= m["roc_auc"] <= 1
+
+
+@pytest.mark.slow
+def test_triage_quick(tmp_path):
+    """Release -> decode -> audits, every ablation, at smoke size (one LLM row each)."""
+    r = _quick_json("triage", tmp_path)
+    assert [m["epsilon"] for m in r["main"]] == [2.0]
+    ablations = {(a["config"], a["decoder"]) for a in r["ablations"]}
+    assert ablations == {(c, "marginals") for c in ("no_selection", "one_round", "global_only",
+                                                    "no_partners", "no_select")} | {
+        (c, "llm") for c in ("default", "no_select", "no_partners", "single_stage")}
+    assert set(r["ablation_checks"]) == {"no_selection", "one_round", "global_only",
+                                         "no_partners", "no_select", "single_stage"}
+    assert r["ablation_checks"]["global_only"]["kernel_channels"] == ["global"]
+    for row in [*r["main"], *r["ablations"]]:
+        _sane(row)
+    by = {(a["config"], a["decoder"]): a for a in r["ablations"]}
+    assert by["no_select", "marginals"]["select_top"] == "off"
+    assert r["main"][0]["select_top"] == "applied" and r["main"][0]["fit"] is True
+    assert "| ablation: single_stage |" in r["table"]
+
+
+@pytest.mark.slow
+def test_adult_llm_quick(tmp_path):
+    """The LLM decoder on Adult at smoke size: rows come out, fitted, scored next to real."""
+    r = _quick_json("adult_llm", tmp_path)
+    (row,) = r["results"]
+    assert row["llm"]["rows"] == row["marginals"]["rows"] == r["n"] == 4
+    assert row["llm"]["fit"] is True and row["llm"]["select_top"].startswith("skipped")
+    assert row["llm"]["candidates"] == 8 and row["llm"]["generation_seconds"] > 0
+    for auc in (row["llm"]["auc"], row["real_sample"]["auc"]):
+        assert all(0 <= v <= 1 for v in auc.values())
+
+
+@pytest.mark.slow
+def test_selection_modes_quick(tmp_path):
+    """The three selection mechanisms side by side, at reduced size, through the runner."""
+    out = tmp_path / "RESULTS.md"
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only",
+                        "selection_modes", "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    result = json.loads(out.with_suffix(".json").read_text())["selection_modes"]["result"]
+    modes = ("selpe", "pe-histogram", "representatives")
+    assert all(result["cost"][m]["round_s"] > 0 for m in modes)
+    for row in result["summary"]:
+        assert all(0.0 <= row[m]["auc_tfidf"] <= 1.0 for m in modes)
+        assert all(0.0 <= row[m]["tvd_1way"] <= 1.0 for m in modes)
+    assert "| n / class | epsilon | selpe | pe-histogram | representatives" in out.read_text()

@@ -194,7 +194,7 @@ def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
          "unknown field 'colour'"),
         ({"gamma": 0.6, "alpha": 0.5}, r"gamma \+ alpha < 1"),
         ({"epsilon": 20.0}, "exceeds the lifetime budget"),
-        ({"delta": 1e-6}, "delta > 0 is not supported"),
+        ({"delta": 1e-6}, "delta > 0 applies to the Gaussian selection modes"),
     ],
 )
 def test_bad_configs(tmp_path, keys, demo_schema, change, needle):

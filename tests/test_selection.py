@@ -110,7 +110,10 @@ def _only_class(schema, c):
 
 
 @pytest.mark.slow
-def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd):
+@pytest.mark.parametrize("mode", ["selpe", "pe-histogram", "representatives"])
+def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd, mode):
+    """Every selection mode: a signed artifact whose ledger is OpenDP's, and nothing private
+    (a planted canary) in any output file, the console or the lifetime ledger."""
     rows = generate_rows(60, seed=3)
     rows = [r for r in rows if r["acuity"] != 1]  # a class with no rows
     rows[0].update(chief_complaint=CANARY, heart_rate=187, patient_id="PCANARY1")
@@ -123,7 +126,7 @@ def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd):
         "data": data, "schema": demo_schema_path(), "release_key": priv,
         "out": tmp_path / "out", "lifetime_ledger": tmp_path / "ledger",
         "candidates": pool_path, "counts_share": 0.5, "selection_share": 0.5,
-        "rounds": 2, "batches": 5, "k": 2})
+        "rounds": 2, "batches": 5, "k": 2, "selection_mode": mode})
     run_release(cfg)
     doc = read_release(cfg.out, [pub]).doc
     sel = doc["selection"]
@@ -133,14 +136,50 @@ def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd):
         for c in r["classes"]:
             assert 1 <= len(c["winners"]) <= r["quota"]
             assert len(c["partners"]) == len(c["winners"])
-    rounds = [e for e in doc["ledger"]["entries"] if e["id"].startswith("selection/")]
+    assert sel["mode"] == mode
+    rounds = [e for e in doc["ledger"]["entries"] if e["id"].startswith("selection/round/")]
     assert len(rounds) == 2
-    assert all(math.isclose(e["scale"], 2 / e["epsilon"], rel_tol=1e-6) for e in rounds)
+    if mode == "selpe":
+        assert all(math.isclose(e["scale"], 2 / e["epsilon"], rel_tol=1e-6) for e in rounds)
+        assert doc["ledger"]["total_delta"] == 0.0 and "selection_gdp" not in doc["guarantees"]
+    else:
+        _check_gaussian_ledger(doc, rounds, cfg)
     assert math.isclose(doc["ledger"]["total_epsilon"],
                         sum(e["epsilon"] for e in doc["ledger"]["entries"]), rel_tol=1e-9)
     assert doc["ledger"]["total_epsilon"] <= cfg.epsilon + 1e-9
     out, err = capfd.readouterr()
     blobs = [out, err] + [p.read_text(errors="replace") for p in cfg.out.rglob("*")
                           if p.is_file()]
+    blobs += [p.read_text(errors="replace") for p in cfg.lifetime_ledger.rglob("*")
+              if p.is_file()]
     for blob in blobs:
         assert "okapi-5521" not in blob and "PCANARY1" not in blob
+
+
+def _check_gaussian_ledger(doc, rounds, cfg):
+    """Round entries state rho (OpenDP's Gaussian map at the stated sensitivity); the
+    conversion entry is OpenDP's zCDP -> (epsilon, delta) of the composed rounds."""
+    from release.opendp_mechanisms import approx_dp_of, gaussian_with_scale
+    from selpe_audit.guarantees import gdp_reconstruction_bound
+
+    sel = doc["selection"]
+    for e, r in zip(rounds, sel["rounds"], strict=True):
+        assert e["accounting"] == "rho-zCDP" and e["epsilon"] == 0.0
+        opendp_rho = gaussian_with_scale(e["scale"]).map(r["sensitivity"])
+        assert opendp_rho <= e["rho"] and math.isclose(opendp_rho, e["rho"], rel_tol=1e-6)
+        assert math.isclose(e["mu"], r["sensitivity"] / e["scale"], rel_tol=1e-6)
+    conv = next(e for e in doc["ledger"]["entries"] if e["id"] == "selection/zcdp-to-approx-dp")
+    eps, delta = approx_dp_of(sel["schedule"], cfg.selection_delta)
+    assert math.isclose(conv["epsilon"], eps, rel_tol=1e-9) and conv["delta"] == delta == 1e-6
+    assert conv["epsilon"] <= cfg.selection_epsilon + 1e-9
+    assert sum(e["rho"] for e in rounds) <= conv["rho"] * (1 + 1e-9)
+    assert doc["ledger"]["total_delta"] == doc["budget"]["delta"] == 1e-6
+    counts_eps = sum(e["epsilon"] for e in doc["ledger"]["entries"]
+                     if e["id"].startswith("counts/"))
+    assert math.isclose(doc["ledger"]["total_epsilon"], counts_eps + eps, rel_tol=1e-9)
+    gdp = doc["guarantees"]["selection_gdp"]
+    mu = math.sqrt(sum(e["mu"] ** 2 for e in rounds))
+    assert math.isclose(gdp["mu"], mu, rel_tol=1e-9)
+    for pr in gdp["reconstruction_success_max"]:
+        assert math.isclose(pr["success_max"], gdp_reconstruction_bound(mu, pr["prior"]))
+        assert pr["prior"] < pr["success_max"] < 1

@@ -14,6 +14,7 @@ from release.selection import (
     PrivateClasses,
     SelectionConfig,
     _select_round,
+    one_class_per_unit,
     run_selpe,
 )
 from selpe_audit.demo_data import generate_rows
@@ -67,3 +68,17 @@ def test_empty_class_selects_uniformly(demo_schema, kernel):
                            noisy_max_scale(4, 1.0), b"k" * 32)[3]
     counts = np.bincount(chosen, minlength=4)
     assert stats.chisquare(counts, [b / 4] * 4).pvalue > 1e-3
+
+
+def test_one_person_moves_one_class_only(demo_schema):
+    """Person mode: a person's rows in several classes are cut to one class (most rows)."""
+    rows = [{"patient_id": "A", "acuity": 2}, {"patient_id": "A", "acuity": 4},
+            {"patient_id": "A", "acuity": 4}, {"patient_id": "B", "acuity": 5},
+            {"patient_id": "C", "acuity": 3}, {"patient_id": "C", "acuity": 1}]
+    kept = one_class_per_unit(rows, demo_schema, "patient_id")
+    assert kept == [rows[1], rows[2], rows[3], rows[5]]  # A: class 4; C: tie -> class 1
+    by_person: dict = {}
+    for r in kept:
+        by_person.setdefault(r["patient_id"], set()).add(r["acuity"])
+    assert all(len(c) == 1 for c in by_person.values())
+    assert one_class_per_unit(rows, demo_schema, None) == rows  # row units: unchanged

@@ -1,0 +1,76 @@
+"""Decode's steps (`decode.pipeline`) for benchmarks that decode many times in one process.
+
+`decode.pipeline.run_decode` loads the model and the embedder on every call and writes a
+checkpoint and provenance; a benchmark that decodes a dozen configurations instead keeps one
+LLM (its KV cache keeps shared prompt prefixes, which dominate the cost on a CPU) and one
+embedder (its text cache), and may reuse one set of candidates under several select steps.
+The steps themselves are decode's own: `plan`, the decoders, `select`, `artifact_kernel`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from decode.llm import LLMDecoder
+from decode.marginals import MarginalsDecoder
+from decode.pipeline import DecodeSettings, RecordSource, plan, select
+from decode.released import Released
+from decode.select_top import artifact_kernel
+from selpe_audit.embeddings import Embedder
+from selpe_audit.models import LLM, load_llm
+
+Row = dict[str, Any]
+
+
+@dataclass
+class Candidates:
+    """One decoder's over-generated candidates per class and how they were made."""
+
+    by_class: dict[Any, list[Row]]
+    seconds: float
+    validity: float
+    described: dict[str, Any]
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.by_class.values())
+
+
+class LocalDecode:
+    """One LLM (loaded on first use) and one embedder for every decode of a benchmark."""
+
+    def __init__(self, embedder: Embedder | None = None) -> None:
+        self.embedder = embedder
+        self.llm: LLM | None = None
+
+    def decoder(self, released: Released, settings: DecodeSettings) -> RecordSource:
+        """`decode.pipeline.make_decoder`, with the shared model."""
+        if settings.decoder == "marginals":
+            return MarginalsDecoder(released, settings.seed)
+        if self.llm is None:
+            self.llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers,
+                                seed=settings.seed)
+        return LLMDecoder(released, self.llm, seed=settings.seed, two_stage=settings.two_stage)
+
+    def generate(self, released: Released, settings: DecodeSettings) -> Candidates:
+        """Every candidate the plan asks for (only generation is timed)."""
+        dec = self.decoder(released, settings)
+        counts = plan(released, settings.n, settings.overgenerate).candidates
+        cand: dict[Any, list[Row]] = {c: [] for c in released.classes}
+        t0 = time.perf_counter()
+        for c, m in counts.items():
+            dec.generate(c, 0, m, cand[c].append)
+        return Candidates(cand, time.perf_counter() - t0, dec.validity, dec.describe())
+
+    def choose(self, released: Released, cand: Candidates,
+               settings: DecodeSettings) -> tuple[list[Row], dict[str, Any]]:
+        """The select step as `run_decode` runs it: SelectTop (if on and the artifact has
+        winners), then the fit (if on). Returns the rows and the select step's notes."""
+        kernel = None
+        if settings.select_top and released.kernel is not None:
+            kernel = artifact_kernel(released, self.embedder)[0]
+        rows = plan(released, settings.n, settings.overgenerate).rows
+        chosen = select(released, cand.by_class, rows, settings, kernel)
+        return [r for c in released.classes for r in chosen.syn_rows[c]], chosen.notes

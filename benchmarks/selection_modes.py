@@ -1,0 +1,265 @@
+"""The three selection mechanisms side by side: SelPE, PE's vote histogram, SecPE's
+representatives.
+
+    python -m benchmarks.selection_modes [--quick]
+
+1. Utility and fidelity on the triage demo at small n: for n private rows per class and
+   epsilon (the whole budget to selection; delta 1e-6 for the Gaussian modes), each mode
+   runs the release's selection (`release.selection.run_selection`, T = 5 rounds, K = 3,
+   b = 5, full kernel) over a public pool of fictional records (another seed; no LLM) that
+   is class-agnostic: every class draws from all of it, relabelled (`MixedPool`). The
+   synthetic set is every round's winners (1 + 2 + ... + T per class). Utility: TSTR macro
+   AUC on held-out real demo rows (`audits.utility.evaluate`, both models); fidelity: mean
+   class-conditional 1-way and 2-way TVD to the held-out rows (`audits.fidelity`). Next to
+   them: random pool candidates (no private data) and the n real rows themselves.
+2. Cost of one selection round for n = 100,000 private rows and M = 10,000 candidates per
+   mode, split into the public part (OpenDP calibration, k-means skeleton) and the private
+   part (the measurement on the private rows). Features are real embeddings tiled up to
+   size (the cost does not depend on which vectors they are). pe-histogram computes n x M
+   kernel distances: it is timed on fewer rows and scaled linearly (it is linear in n).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from audits.fidelity import _tvds
+from audits.utility import evaluate
+from release.opendp_mechanisms import zcdp_budget
+from release.selection import (
+    MODES,
+    PoolSource,
+    PrivateClasses,
+    SelectionConfig,
+    round_mechanism,
+    run_selection,
+)
+from selpe_audit.demo_data import generate_rows
+from selpe_audit.embeddings import Embedder
+from selpe_audit.kernel import Features, Kernel, KernelConfig
+from selpe_audit.schema import Schema, demo_schema_path, load_schema
+
+DELTA = 1e-6
+FULL = {"ns": [5, 10, 20, 50], "epsilons": [1.0, 2.0, 4.0], "reps": 1, "rounds": 5,
+        "pool": 500, "test": 500, "cost": (100_000, 10_000, 10_000, 3)}
+QUICK = {"ns": [5, 20], "epsilons": [2.0], "reps": 1, "rounds": 3, "pool": 150, "test": 150,
+         "cost": (2_000, 500, 500, 1)}  # cost: n, M, rows timed for pe-histogram, repeats
+ANCHORS_AT_SCALE = 100  # representatives' anchors in the cost run (SecPE: a few hundred)
+
+
+class MixedPool(PoolSource):
+    """Every class draws its candidates from the whole pool, relabelled: a generator that
+    does not know what separates the classes. Selection has to find each class's signal;
+    random candidates carry none (TSTR AUC about 0.5)."""
+
+    def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],
+                 hints: dict[str, str] | None, n: int) -> list[dict]:
+        pool = [r for v in self.by_class.values() for r in v]
+        idx = self.rng.choice(len(pool), size=n, replace=len(pool) < n)
+        return [dict(pool[i], **{self.schema.label: class_value}) for i in idx]
+
+
+def _record(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in r.items() if k != "patient_id"}
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return float(np.mean(v)) if v else None
+
+
+# ----- 1. utility and fidelity ------------------------------------------------------------
+
+def _scores(schema: Schema, syn: list[dict], test: list[dict], embedder: Embedder,
+            seed: int) -> dict[str, float | None]:
+    u = evaluate(schema, syn, test, embedder, seed)
+    fields = [f for f in schema.record_fields if f.name != schema.label]
+    per_class = [_tvds(schema, [r for r in syn if r[schema.label] == c],
+                       [r for r in test if r[schema.label] == c], fields)
+                 for c in schema.classes]
+    return {"auc_tfidf": u["tfidf_logreg"]["macro_auc"],
+            "auc_hgb": u["hgb_embeddings"]["macro_auc"],
+            "tvd_1way": _mean([p["mean_1way"] for p in per_class]),
+            "tvd_2way": _mean([p["mean_2way"] for p in per_class])}
+
+
+def _private(kernel: Kernel, schema: Schema, rows: list[dict], feats: Features,
+             n: int) -> PrivateClasses:
+    """The first n rows of each class (features are taken, not recomputed)."""
+    idx = {c: [i for i, r in enumerate(rows) if r[schema.label] == c][:n]
+           for c in schema.classes}
+    return PrivateClasses({c: feats.take(i) for c, i in idx.items() if i},
+                          {c: [rows[j]["patient_id"] for j in i] for c, i in idx.items()})
+
+
+def utility(kernel: Kernel, schema: Schema, ns: list[int], epsilons: list[float], reps: int,
+            rounds: int, pool_size: int, test_size: int) -> list[dict[str, Any]]:
+    pool = [_record(r) for r in generate_rows(pool_size, seed=101)]
+    kernel.featurize(pool)  # warms the embedder's cache: candidates are re-featurized per round
+    test = generate_rows(test_size, seed=303)
+    n_max = max(ns)
+    out: list[dict[str, Any]] = []
+    for rep in range(reps):
+        draw = generate_rows(n_max * len(schema.classes) * 12, seed=200 + rep)
+        rows = [r for c in schema.classes
+                for r in [x for x in draw if x[schema.label] == c][:n_max]]
+        feats = kernel.featurize(rows)
+        per_class_total = sum(SelectionConfig(rounds=rounds).quota(t)
+                              for t in range(1, rounds + 1))
+        rng = np.random.default_rng(rep)
+        rand = [dict(pool[i], **{schema.label: c}) for c in schema.classes
+                for i in rng.integers(0, len(pool), per_class_total)]
+        base = {"random": _scores(schema, rand, test, kernel.embedder, rep)}
+        for n in ns:
+            real = [r for c in schema.classes
+                    for r in [x for x in rows if x[schema.label] == c][:n]]
+            base_n = {**base, "real": _scores(schema, [_record(r) for r in real], test,
+                                              kernel.embedder, rep)}
+            priv = _private(kernel, schema, rows, feats, n)
+            for eps in epsilons:
+                res: dict[str, Any] = {"rep": rep, "n": n, "epsilon": eps, **base_n}
+                for mode in MODES:
+                    cfg = SelectionConfig(rounds=rounds, k=3, batches=5, mode=mode)
+                    src = MixedPool(schema, pool, "benchmark", seed=1000 * rep + n)
+                    run = run_selection(schema, priv, kernel, src, cfg, eps, DELTA)
+                    syn = [w for r in run.rounds for c in r.classes for w in c["winners"]]
+                    res[mode] = _scores(schema, syn, test, kernel.embedder, rep)
+                out.append(res)
+                print(f"rep {rep} n {n} eps {eps}: " + ", ".join(
+                    f"{m} {res[m]['auc_tfidf']:.3f}" for m in (*MODES, "random", "real")),
+                    flush=True)
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Means over repetitions per (n, epsilon)."""
+    keys = sorted({(r["n"], r["epsilon"]) for r in runs})
+    out = []
+    for n, eps in keys:
+        group = [r for r in runs if (r["n"], r["epsilon"]) == (n, eps)]
+        row: dict[str, Any] = {"n": n, "epsilon": eps, "reps": len(group)}
+        for m in (*MODES, "random", "real"):
+            row[m] = {k: _mean([g[m][k] for g in group]) for k in group[0][m]}
+        out.append(row)
+    return out
+
+
+# ----- 2. cost at scale -------------------------------------------------------------------
+
+def _tile(f: Features, m: int) -> Features:
+    return f.take(np.arange(m) % f.n)
+
+
+def cost(kernel: Kernel, n: int, m: int, pe_rows: int, repeats: int,
+         base_c: Features, base_p: Features) -> dict[str, Any]:
+    """``base_c``, ``base_p``: real candidate and row features, tiled up to M and n."""
+    c = 3
+    cand = _tile(base_c, m)
+    pools = {c: (cand, kernel.fit_scale(cand))}
+    out: dict[str, Any] = {"private_rows": n, "candidates": m, "delta": DELTA,
+                           "representatives_anchors": ANCHORS_AT_SCALE, "selpe_batches": 10}
+    rho = zcdp_budget(1.0, DELTA, [1.0])[0]
+    for mode in MODES:
+        rows = min(n, pe_rows) if mode == "pe-histogram" else n
+        feats = _tile(base_p, rows)
+        priv = PrivateClasses({c: feats}, {c: [f"u{i}" for i in range(rows)]})
+        cfg = SelectionConfig(rounds=1, k=m, batches=10, mode=mode, anchors=ANCHORS_AT_SCALE)
+        reps = 1 if mode == "pe-histogram" else repeats
+        setup, private = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            measurement, _ = round_mechanism(cfg, kernel, pools, 1,
+                                             1.0 if mode == "selpe" else rho)
+            t1 = time.perf_counter()
+            measurement(priv)
+            t2 = time.perf_counter()
+            setup.append(t1 - t0)
+            private.append((t2 - t1) * n / rows)
+        out[mode] = {"public_setup_s": statistics.median(setup),
+                     "private_s": statistics.median(private),
+                     "round_s": statistics.median(setup) + statistics.median(private),
+                     "repeats": reps, "rows_timed": rows,
+                     "scaled_to_n": rows < n}
+        del priv, feats
+        print(f"cost {mode}: {out[mode]['round_s']:.2f} s", flush=True)
+    base = out["selpe"]["round_s"]
+    for mode in MODES:
+        out[mode]["x_selpe"] = out[mode]["round_s"] / base
+    return out
+
+
+# ----- report -----------------------------------------------------------------------------
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def table(summary: list[dict[str, Any]], cost_: dict[str, Any]) -> str:
+    modes = (*MODES, "random", "real")
+    head = ("| n / class | epsilon | " + " | ".join(modes) + " |\n|---|---|"
+            + "---|" * len(modes))
+    lines = ["Selection modes on the triage demo (means over repetitions; synthetic set = "
+             "every round's winners from a class-agnostic candidate pool; `random` = as many "
+             "random pool candidates, `real` = the n real rows per class; neither depends "
+             "on epsilon).", "",
+             "TSTR macro AUC, TF-IDF + logistic regression / gradient boosting on "
+             "embeddings (higher is better):", "", head]
+    for r in summary:
+        lines.append(f"| {r['n']} | {r['epsilon']:g} | " + " | ".join(
+            f"{_fmt(r[m]['auc_tfidf'])} / {_fmt(r[m]['auc_hgb'])}" for m in modes) + " |")
+    lines += ["", "Fidelity, mean class-conditional 1-way / 2-way TVD to held-out real rows "
+              "(lower is better):", "", head]
+    for r in summary:
+        lines.append(f"| {r['n']} | {r['epsilon']:g} | " + " | ".join(
+            f"{_fmt(r[m]['tvd_1way'])} / {_fmt(r[m]['tvd_2way'])}" for m in modes) + " |")
+    lines += ["", f"Cost of one selection round, n = {cost_['private_rows']:,} private rows, "
+              f"M = {cost_['candidates']:,} candidates (one class, full kernel):", "",
+              "| mode | public setup (s) | private part (s) | round (s) | x selpe | timed |",
+              "|---|---|---|---|---|---|"]
+    for m in MODES:
+        c = cost_[m]
+        how = (f"{c['rows_timed']:,} rows, scaled x{cost_['private_rows'] / c['rows_timed']:g}"
+               if c["scaled_to_n"] else f"median of {c['repeats']}")
+        lines.append(f"| {m} | {c['public_setup_s']:.2f} | {c['private_s']:.2f} | "
+                     f"{c['round_s']:.2f} | {c['x_selpe']:.1f} | {how} |")
+    return "\n".join(lines)
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    schema = load_schema(demo_schema_path())
+    kernel = Kernel(schema, Embedder(), KernelConfig())
+    t0 = time.perf_counter()
+    size = QUICK if quick else FULL
+    runs = utility(kernel, schema, size["ns"], size["epsilons"], size["reps"], size["rounds"],
+                   size["pool"], size["test"])
+    # the same records as above: the embedder's cache makes these features free
+    base_c = kernel.featurize([_record(r) for r in generate_rows(size["pool"], seed=101)])
+    base_p = kernel.featurize(generate_rows(size["test"], seed=303))
+    cost_ = cost(kernel, *size["cost"], base_c, base_p)
+    summary = summarize(runs)
+    return {"config": {"delta": DELTA, "sizes": size, "selection": "K = 3, b = 5, T rounds",
+                       "epsilon": "the whole budget to selection", "kernel": "full"},
+            "summary": summary, "cost": cost_,
+            "seconds": time.perf_counter() - t0, "table": table(summary, cost_)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="selection modes side by side")
+    ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
+    args = ap.parse_args()
+    r = run(args.quick)
+    print(json.dumps({k: v for k, v in r.items() if k != "table"}, indent=2))
+    print(r["table"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The Gaussian selection modes (pe-histogram, representatives): OpenDP accounting,
+sensitivity under the privacy unit, the mechanism audit, config errors.
+
+The end-to-end releases of every mode (signed artifact, ledger, canary) are in
+tests/test_selection.py; everything here runs without the embedder (numeric kernel).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audits import mechanism
+from release.config import DEFAULT_DELTA, load_config
+from release.opendp_mechanisms import (
+    approx_dp_of,
+    gaussian_scale,
+    gaussian_with_scale,
+    zcdp_budget,
+)
+from release.selection import (
+    PoolSource,
+    PrivateClasses,
+    SelectionConfig,
+    gaussian_statistics,
+    run_selection,
+)
+from selpe_audit.demo_data import generate_rows
+from selpe_audit.errors import UserError
+from selpe_audit.guarantees import gdp_interpretation, gdp_reconstruction_bound
+from selpe_audit.kernel import Kernel, KernelConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+EXE = str(Path(sys.executable).with_name("selpe-audit"))
+GAUSSIAN = ("pe-histogram", "representatives")
+
+
+@pytest.fixture(scope="module")
+def kernel(demo_schema):
+    return Kernel(demo_schema, None, KernelConfig(channels="numeric"))
+
+
+def _record(r: dict) -> dict:
+    return {k: v for k, v in r.items() if k != "patient_id"}
+
+
+def test_zcdp_budget_is_opendp_conversion():
+    shares = [0.1, 0.2, 0.3, 0.4]
+    rhos = zcdp_budget(1.0, 1e-6, shares)
+    eps, delta = approx_dp_of(rhos, 1e-6)
+    assert eps <= 1.0 and eps > 1.0 - 1e-6 and delta == 1e-6
+    assert all(math.isclose(r / sum(rhos), s) for r, s in zip(rhos, shares, strict=True))
+    scale = gaussian_scale(math.sqrt(1.25), rhos[0])
+    assert gaussian_with_scale(scale).map(math.sqrt(1.25)) <= rhos[0]
+
+
+def test_gdp_pr_interpretation():
+    assert math.isclose(gdp_reconstruction_bound(0.0, 1e-2), 1e-2)
+    block = gdp_interpretation(0.5)
+    r = [x["success_max"] for x in block["reconstruction_success_max"]]
+    assert block["formula"] == "r = Phi(Phi^-1(p) + mu)" and 1e-2 < r[0] < 0.1 and r[1] > 1e-4
+
+
+@pytest.mark.parametrize("mode", GAUSSIAN)
+def test_a_person_moves_the_statistics_by_at_most_the_sensitivity(demo_schema, kernel, mode):
+    """A unit with several rows in several classes, far from everything: its rows share a
+    weight of 1, so the L2 shift stays within the stated sensitivity."""
+    rows = generate_rows(80, seed=4)
+    pool = PoolSource(demo_schema, [_record(r) for r in generate_rows(200, seed=5)], "x")
+    cfg = SelectionConfig(rounds=1, k=6, mode=mode, anchors=3, radius=0.7)
+    pools = {}
+    for c in demo_schema.classes:
+        f = kernel.featurize(pool.generate(class_value=c, positives=[], negatives=[],
+                                           hints=None, n=6))
+        pools[c] = (f, kernel.fit_scale(f))
+    stats = gaussian_statistics(cfg, kernel, pools, 1)
+    person = []
+    for c in (2, 4, 4):
+        r = dict(rows[0], acuity=c, heart_rate=230, age=0, patient_id="PNEW")
+        person.append(r)
+
+    def priv(data):
+        by = {c: [r for r in data if r["acuity"] == c] for c in demo_schema.classes}
+        return PrivateClasses({c: kernel.featurize(v) for c, v in by.items() if v},
+                              {c: [r["patient_id"] for r in v] for c, v in by.items()})
+
+    v_d = np.asarray(stats.vectorize(priv(rows)))
+    v_dp = np.asarray(stats.vectorize(priv([*rows, *person])))
+    shift = float(np.linalg.norm(v_dp - v_d))
+    assert 0.3 < shift <= stats.sensitivity * (1 + 1e-9)
+    ranks = stats.rank(v_d + 0.0, 1.0)  # post-processing: indices only
+    assert set(ranks) == set(demo_schema.classes)
+    assert all(isinstance(i, int) and 0 <= i < 6 for v in ranks.values() for i in v)
+
+
+@pytest.mark.parametrize("mode", GAUSSIAN)
+def test_run_selection_accounting_and_winners(demo_schema, kernel, mode):
+    rows = generate_rows(120, seed=6)
+    by = {c: [r for r in rows if r["acuity"] == c] for c in demo_schema.classes}
+    priv = PrivateClasses({c: kernel.featurize(v) for c, v in by.items() if v},
+                          {c: [r["patient_id"] for r in v] for c, v in by.items()})
+    src = PoolSource(demo_schema, [_record(r) for r in generate_rows(300, seed=7)], "x")
+    cfg = SelectionConfig(rounds=3, k=3, mode=mode)
+    run = run_selection(demo_schema, priv, kernel, src, cfg, 1.5, 1e-7)
+    acc = run.accounting
+    assert (acc.epsilon, acc.delta) == approx_dp_of([r.rho for r in run.rounds], 1e-7)
+    assert acc.epsilon <= 1.5 and math.isclose(acc.rho, sum(r.rho for r in run.rounds))
+    assert math.isclose(acc.mu, math.sqrt(sum(r.mu ** 2 for r in run.rounds)))
+    for r in run.rounds:
+        assert r.epsilon is None and r.rho > 0
+        for c in r.classes:
+            assert 1 <= len(c["winners"]) <= r.quota
+
+
+@pytest.mark.parametrize("mode", GAUSSIAN)
+def test_mechanism_audit_passes_and_catches_miscalibration(demo_schema, mode):
+    good = mechanism.audit(mechanism.gaussian_neighbours(demo_schema, mode, 1.0), runs=600)
+    assert good["passed"] and good["delta"] == mechanism.DEFAULT_DELTA
+    assert math.isclose(good["details"]["canary_l2_shift"], good["details"]["sensitivity"])
+    bad = mechanism.audit(mechanism.gaussian_neighbours(demo_schema, mode, 1.0,
+                                                        calibrate_to=10.0), runs=600)
+    assert not bad["passed"] and bad["eps_lb"] > 1.0
+
+
+def test_mechanism_cli_runs_a_gaussian_mode(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="160")
+    r = subprocess.run([EXE, "audit", "mechanism", "--kind", "representatives", "--runs", "300",
+                        "--report", str(tmp_path / "r.json")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "representatives" in r.stdout + r.stderr
+
+
+def _cfg(tmp_path, **over):
+    base = {"data": tmp_path / "d.csv", "schema": tmp_path / "s.json",
+            "release_key": tmp_path / "k.pem"}
+    return load_config(ROOT / "examples" / "release.toml", {**base, **over})
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"selection_mode": "histogram"}, "unknown selection mode 'histogram'"),
+    ({"selection_mode": "pe-histogram", "delta": 0.0}, "needs budget.delta > 0"),
+    ({"selection_mode": "representatives", "delta": 0.01}, "above 0.001"),
+    ({"selection_mode": "pe-histogram", "delta": 1.5}, "must be a number in [0, 1)"),
+    ({"delta": 1e-6}, "Gaussian selection modes"),
+    ({"selection_mode": "representatives", "radius": 0.0}, "radius must be"),
+])
+def test_config_errors_are_one_line(tmp_path, over, message):
+    with pytest.raises(UserError) as e:
+        _cfg(tmp_path, counts_share=0.5, selection_share=0.5, **over).check()
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_delta_defaults_per_mode(tmp_path):
+    on = {"counts_share": 0.5, "selection_share": 0.5}
+    assert _cfg(tmp_path, **on).check().selection_delta == 0.0
+    assert _cfg(tmp_path, selection_mode="pe-histogram", **on).check().selection_delta \
+        == DEFAULT_DELTA
+    assert _cfg(tmp_path, selection_mode="pe-histogram", delta=1e-8,
+                **on).check().selection_delta == 1e-8
+    assert _cfg(tmp_path, selection_mode="pe-histogram").check().selection_delta == 0.0
