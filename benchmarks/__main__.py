@@ -45,12 +45,14 @@ def _decode(quick: bool) -> dict[str, Any]:
 
 def _adult(quick: bool) -> dict[str, Any]:
     from benchmarks import adult_tstr
-    return adult_tstr.run([2.0] if quick else [1.0, 2.0, 4.0, adult_tstr.INF], quick)
+    from benchmarks.adult import INF
+    return adult_tstr.run([2.0] if quick else [1.0, 2.0, 4.0, INF], quick)
 
 
 def _adult_llm(quick: bool) -> dict[str, Any]:
     from benchmarks import adult_llm
-    return adult_llm.run([2.0] if quick else [2.0, adult_llm.INF], 4 if quick else adult_llm.N,
+    from benchmarks.adult import INF
+    return adult_llm.run([2.0] if quick else [1.0, 2.0, 4.0, INF], 4 if quick else adult_llm.N,
                          quick=quick)
 
 

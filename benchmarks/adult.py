@@ -32,6 +32,7 @@ NUMERIC = {  # public ranges and bins
     "hours_per_week": (1, 99, [1, 25, 40, 41, 50, 99]),
 }
 TRAIN_ROWS, TEST_ROWS = 26_048, 6_513
+INF = 1e6  # "epsilon = infinity": OpenDP has none; noise scale 1e-6 rows is exact in practice
 
 
 def _wheel() -> Path:
@@ -95,3 +96,46 @@ def load() -> tuple[pl.DataFrame, pl.DataFrame, Path]:
     train.write_csv(CACHE / "train.csv")
     test.write_csv(CACHE / "test.csv")
     return train, test, schema_path
+
+
+def split_paths(quick: bool) -> tuple[Path, Path, Path]:
+    """(train CSV, test CSV, schema path): the full split, or its head for ``--quick``
+    (2,000 train / 1,000 test rows)."""
+    train, test, schema_path = load()
+    if not quick:
+        return CACHE / "train.csv", CACHE / "test.csv", schema_path
+    train.head(2000).write_csv(CACHE / "train_quick.csv")
+    test.head(1000).write_csv(CACHE / "test_quick.csv")
+    return CACHE / "train_quick.csv", CACHE / "test_quick.csv", schema_path
+
+
+def counts_release(train_path: Path, schema_path: Path, epsilon: float, folder: Path,
+                   release_key: Path) -> Path:
+    """A counts-only release of the training rows (row unit) at ``epsilon``, into
+    ``folder/rel-<epsilon>``; returns the artifact folder. The lifetime cap is set far
+    above any run here, since every epsilon is a separate experiment on the same rows."""
+    from release.config import load_config
+    from release.pipeline import run_release
+
+    cfg = load_config(None, {
+        "data": train_path, "schema": schema_path, "dataset": f"adult-{epsilon}",
+        "out": folder / f"rel-{epsilon}", "release_key": release_key, "epsilon": epsilon,
+        "counts_share": 1.0, "selection_share": 0.0, "lifetime_epsilon": 2 * INF,
+        "lifetime_ledger": folder / "ledger"})
+    run_release(cfg)
+    return cfg.out
+
+
+def parse_epsilons(text: str) -> list[float]:
+    """``"1,2,inf"`` -> ``[1.0, 2.0, INF]``."""
+    return [INF if e.strip() == "inf" else float(e) for e in text.split(",")]
+
+
+def label(epsilon: float) -> float | str:
+    """How an epsilon is reported: ``"inf"`` for INF."""
+    return "inf" if epsilon == INF else epsilon
+
+
+def fmt(x: float | None) -> str:
+    """An AUC or gap to three places; "-" where it is undefined (one class only)."""
+    return "-" if x is None else f"{x:.3f}"

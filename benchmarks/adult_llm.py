@@ -1,6 +1,6 @@
 """UCI Adult with the LLM decoder on a subsample: train on synthetic, test on real.
 
-    python -m benchmarks.adult_llm [--n 100] [--epsilons 2,inf] [--overgenerate 2]
+    python -m benchmarks.adult_llm [--n 100] [--epsilons 1,2,4,inf] [--overgenerate 2]
                                    [--single-stage] [--quick]
 
 The release is `benchmarks.adult_tstr`'s (counts only, row unit, all 26,048 training rows;
@@ -33,13 +33,10 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from audits.utility import run_utility
-from benchmarks.adult import CACHE, load
-from benchmarks.adult_tstr import INF
+from benchmarks.adult import INF, counts_release, fmt, label, parse_epsilons, split_paths
 from benchmarks.local_decode import LocalDecode
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
-from release.config import load_config
-from release.pipeline import run_release
 from release.private_data import read_private_rows
 from selpe_audit.artifact import read_release
 from selpe_audit.schema import load_schema
@@ -47,16 +44,6 @@ from selpe_audit.signing import generate_keypair
 
 Row = dict[str, Any]
 N = 100  # LLM rows per epsilon (2N candidates): 5-15 minutes in all at 0.5-1.2 records/s
-
-
-def _split(quick: bool) -> tuple[Path, Path, Path]:
-    """(train CSV, test CSV, schema path): the full split, or its head for --quick."""
-    train, test, schema_path = load()
-    if not quick:
-        return CACHE / "train.csv", CACHE / "test.csv", schema_path
-    train.head(2000).write_csv(CACHE / "train_quick.csv")
-    test.head(1000).write_csv(CACHE / "test_quick.csv")
-    return CACHE / "train_quick.csv", CACHE / "test_quick.csv", schema_path
 
 
 def _decode(dec: LocalDecode, released: Released,
@@ -79,7 +66,7 @@ def _auc(u: dict[str, Any], which: str) -> dict[str, float | None]:
 def run(epsilons: list[float], n: int = N, overgenerate: float = 2.0,
         quick: bool = False, two_stage: bool = True) -> dict[str, Any]:
     """Per epsilon: release, LLM and marginals decodes of N rows, TSTR next to real."""
-    train_path, test_path, schema_path = _split(quick)
+    train_path, test_path, schema_path = split_paths(quick)
     schema = load_schema(schema_path)
     real_train = read_private_rows(train_path, schema).priv_rows
     real_test = read_private_rows(test_path, schema).priv_rows
@@ -90,14 +77,9 @@ def run(epsilons: list[float], n: int = N, overgenerate: float = 2.0,
         t = Path(tmp)
         priv, pub, _ = generate_keypair(t / "release.pem")
         for eps in epsilons:
-            cfg = load_config(None, {
-                "data": train_path, "schema": schema_path, "dataset": f"adult-llm-{eps}",
-                "out": t / f"rel-{eps}", "release_key": priv, "epsilon": eps,
-                "counts_share": 1.0, "selection_share": 0.0, "lifetime_epsilon": 2 * INF,
-                "lifetime_ledger": t / "ledger"})
-            run_release(cfg)
-            released = released_view(read_release(cfg.out, [pub]))
-            row: dict[str, Any] = {"epsilon": "inf" if eps == INF else eps}
+            artifact = counts_release(train_path, schema_path, eps, t, priv)
+            released = released_view(read_release(artifact, [pub]))
+            row: dict[str, Any] = {"epsilon": label(eps)}
             for name in ("llm", "marginals"):
                 syn, info = _decode(dec, released, DecodeSettings(
                     n=n, decoder=name, seed=0, overgenerate=overgenerate, two_stage=two_stage))
@@ -115,7 +97,21 @@ def run(epsilons: list[float], n: int = N, overgenerate: float = 2.0,
             "select_step": "CoRTeC-style fit (SelectTop skipped: no winners in the artifact)",
             "models": {"tfidf_logreg": "TF-IDF of the record + logistic regression",
                        "hgb_embeddings": "gradient boosting on numeric + one-hot fields"},
-            "results": results, "seconds": round(time.perf_counter() - t_all, 1)}
+            "results": results, "seconds": round(time.perf_counter() - t_all, 1),
+            "table": table(results)}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Markdown: TSTR AUC of the LLM and marginals decoders at N rows next to a real sample
+    of N rows, and the LLM's gap."""
+    lines = ["| epsilon | model | LLM | marginals | real sample | LLM gap | LLM records/s |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        for m in r["llm"]["auc"]:
+            lines.append(f"| {r['epsilon']} | {m} | {fmt(r['llm']['auc'][m])} | "
+                         f"{fmt(r['marginals']['auc'][m])} | {fmt(r['real_sample']['auc'][m])} "
+                         f"| {fmt(r['llm_gap'][m])} | {r['llm']['records_per_s']} |")
+    return "\n".join(lines)
 
 
 def _gap(real: float | None, syn: float | None) -> float | None:
@@ -127,20 +123,16 @@ def _print(row: dict[str, Any]) -> None:
     print(f"eps={row['epsilon']}: LLM {llm['rows']} rows from {llm['candidates']} candidates "
           f"in {llm['generation_seconds']:.0f} s ({llm['records_per_s']} records/s)", flush=True)
     for m in row["llm"]["auc"]:
-        print(f"  {m}: LLM {_fmt(row['llm']['auc'][m])}, marginals "
-              f"{_fmt(row['marginals']['auc'][m])}, real sample "
-              f"{_fmt(row['real_sample']['auc'][m])} (LLM gap {_fmt(row['llm_gap'][m])})",
+        print(f"  {m}: LLM {fmt(row['llm']['auc'][m])}, marginals "
+              f"{fmt(row['marginals']['auc'][m])}, real sample "
+              f"{fmt(row['real_sample']['auc'][m])} (LLM gap {fmt(row['llm_gap'][m])})",
               flush=True)
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.adult_llm", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--epsilons", default="2,inf")
+    ap.add_argument("--epsilons", default="1,2,4,inf")
     ap.add_argument("--n", type=int, default=N, help="synthetic rows per decoder and epsilon")
     ap.add_argument("--overgenerate", type=float, default=2.0)
     ap.add_argument("--single-stage", action="store_true",
@@ -148,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2,000 / 1,000 rows, eps 2, N = 4")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
-    eps = [INF if e.strip() == "inf" else float(e) for e in args.epsilons.split(",")]
+    eps = parse_epsilons(args.epsilons)
     if args.quick:
         eps, args.n = [2.0], min(args.n, 4)
     r = run(eps, args.n, args.overgenerate, args.quick, not args.single_stage)

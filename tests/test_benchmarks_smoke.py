@@ -5,34 +5,36 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 
+def _run_runner(tmp_path, names: str) -> Path:
+    """``python -m benchmarks --quick --only NAMES`` into tmp_path; the RESULTS.md path."""
+    out = tmp_path / "RESULTS.md"
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", names,
+                        "--out", str(out)], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return out
+
+
 @pytest.mark.slow
 def test_benchmarks_quick(tmp_path):
-    out = tmp_path / "RESULTS.md"
-    r = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only",
-                        "counts,selection,adult", "--out", str(out)],
-                       capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    text = out.read_text()
+    text = _run_runner(tmp_path, "counts,selection,adult").read_text()
     blocks = [json.loads(b.split("```")[0]) for b in text.split("```json\n")[1:]]
     counts, selection, adult = blocks
     assert counts["time_ratio"] > 0 and counts["rows"] == 20_000
     assert selection["winners_at_inf_beat_random"]
     gaps = adult["results"][0]
     assert 0.5 < gaps["tfidf_logreg"]["synthetic"] <= 1.0
+    assert "| epsilon | LR synthetic | LR real | LR gap |" in text
 
 
 @pytest.mark.slow
 def test_throughput_benchmarks_quick(tmp_path):
     """Decode and generation at reduced size, through the same runner as the full suite."""
-    out = tmp_path / "RESULTS.md"
-    r = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only",
-                        "decode,generation", "--out", str(out)],
-                       capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = _run_runner(tmp_path, "decode,generation")
     entries = json.loads(out.with_suffix(".json").read_text())
     assert set(entries) == {"decode", "generation"}
     assert all(e["command"].endswith("--quick") for e in entries.values())
@@ -86,16 +88,13 @@ def test_adult_llm_quick(tmp_path):
     assert row["llm"]["candidates"] == 8 and row["llm"]["generation_seconds"] > 0
     for auc in (row["llm"]["auc"], row["real_sample"]["auc"]):
         assert all(0 <= v <= 1 for v in auc.values())
+    assert "| 2.0 | tfidf_logreg |" in r["table"]
 
 
 @pytest.mark.slow
 def test_selection_modes_quick(tmp_path):
     """The three selection mechanisms side by side, at reduced size, through the runner."""
-    out = tmp_path / "RESULTS.md"
-    r = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only",
-                        "selection_modes", "--out", str(out)],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = _run_runner(tmp_path, "selection_modes")
     result = json.loads(out.with_suffix(".json").read_text())["selection_modes"]["result"]
     modes = ("selpe", "pe-histogram", "representatives")
     assert all(result["cost"][m]["round_s"] > 0 for m in modes)
