@@ -204,7 +204,6 @@ def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: Any,
     sel = cfg.selection_config()
     rounds = run.rounds
     out: dict[str, Any] = {
-        "mechanism": sel.mode,
         "mode": sel.mode,
         "T": sel.rounds, "K": sel.k, "b": sel.batches, "q": sel.q,
         "schedule": [r.epsilon if r.rho is None else r.rho for r in rounds],
