@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -230,3 +231,22 @@ def test_artifact_json_is_canonical(tmp_path, keys):
     raw = path.read_bytes()
     assert raw == (json.dumps(json.loads(raw), sort_keys=True, ensure_ascii=False,
                               separators=(",", ":")) + "\n").encode()
+
+
+@pytest.mark.parametrize("name", ["release.toml", "release_selection.toml"])
+def test_example_configs_pass_checks(tmp_path, keys, demo_schema, name):
+    """Every example config a steward may copy loads and passes the release's checks; the
+    commented settings of the selection example are real settings, too."""
+    example = ROOT / "examples" / name
+    cfg = load_config(example, {"release_key": keys[0], "lifetime_ledger": tmp_path / "l"})
+    cfg.check(demo_schema)
+    assert (ROOT / cfg.data).exists() and (ROOT / cfg.schema).exists()
+    assert cfg.counts_share + cfg.selection_share == pytest.approx(1.0)
+    commented = [line[2:] for line in example.read_text().splitlines()
+                 if re.match(r"^# [a-z_]+ = ", line)]
+    assert len(commented) >= (8 if name == "release_selection.toml" else 1)
+    p = tmp_path / "uncommented.toml"
+    for line in commented:  # each commented setting alone, under its own section
+        section = "budget" if line.startswith("delta") else "selection"
+        p.write_text(example.read_text().replace(f"[{section}]\n", f"[{section}]\n{line}\n"))
+        load_config(p, {"release_key": keys[0]})
