@@ -28,6 +28,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-contributions", type=int, help="rows kept per person (unit = person)")
     p.add_argument("--lifetime-ledger", help="folder of the per-dataset lifetime ledgers")
     p.add_argument("--lifetime-epsilon", type=float, help="lifetime budget of the dataset")
+    p.add_argument("--lifetime-delta", type=float,
+                   help="lifetime cap on the sum of the releases' deltas (default 1e-5)")
     p.add_argument("--invalid-rows", choices=["fail", "drop"],
                    help="what to do with rows that break the schema (default fail)")
     sel = p.add_argument_group("selection (SelPE)")
@@ -53,8 +55,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
         "data", "schema", "dataset", "out", "release_key", "epsilon", "delta",
-        "selection_mode", "unit", "id_field",
-        "max_contributions", "lifetime_ledger", "lifetime_epsilon", "invalid_rows",
+        "selection_mode", "unit", "id_field", "max_contributions", "lifetime_ledger",
+        "lifetime_epsilon", "lifetime_delta", "invalid_rows",
         "candidates", "model", "gpu_layers", "rounds", "batches", "k")}
     if args.counts_share is not None:
         overrides.update(counts_share=args.counts_share, selection_share=1 - args.counts_share)

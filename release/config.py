@@ -14,6 +14,7 @@ Example (``examples/release.toml``)::
     counts = 0.5           # shares of epsilon; they must sum to 1
     selection = 0.5
     lifetime_epsilon = 10.0
+    lifetime_delta = 1e-5                # caps the sum of the releases' deltas, too
     lifetime_ledger = "enclave/ledger"   # a folder; one ledger file per dataset
 
     [privacy_unit]
@@ -64,6 +65,7 @@ from selpe_audit.schema import Schema
 
 DEFAULT_EPSILON = 2.0
 DEFAULT_LIFETIME_EPSILON = 10.0
+DEFAULT_LIFETIME_DELTA = 1e-5  # ten releases at the default delta
 DEFAULT_DELTA = 1e-6
 MAX_DELTA = 1e-3
 
@@ -98,6 +100,7 @@ class ReleaseConfig:
     counts_share: float = 0.5
     selection_share: float = 0.5
     lifetime_epsilon: float = DEFAULT_LIFETIME_EPSILON
+    lifetime_delta: float = DEFAULT_LIFETIME_DELTA
     lifetime_ledger: Path = Path("enclave/ledger")
     unit: str = "row"
     id_field: str | None = None
@@ -167,6 +170,12 @@ class ReleaseConfig:
         if self.epsilon > self.lifetime_epsilon:
             raise UserError(f"config: budget.epsilon {self.epsilon} exceeds the lifetime "
                             f"budget {self.lifetime_epsilon}")
+        if not (isinstance(self.lifetime_delta, int | float) and 0 <= self.lifetime_delta < 1):
+            raise UserError("config: budget.lifetime_delta must be a number in [0, 1)")
+        if self.selection_delta > self.lifetime_delta:
+            raise UserError(f"config: budget.delta {self.selection_delta:g} exceeds the "
+                            f"lifetime delta {self.lifetime_delta:g}; lower budget.delta or "
+                            "raise budget.lifetime_delta")
         if self.unit not in ("row", "person"):
             raise UserError("config: privacy_unit.unit must be 'row' or 'person'")
         if self.max_contributions < 1:
@@ -305,7 +314,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
 _SECTIONS = {
     "budget": {"epsilon": "epsilon", "delta": "delta", "counts": "counts_share",
                "selection": "selection_share", "lifetime_epsilon": "lifetime_epsilon",
-               "lifetime_ledger": "lifetime_ledger"},
+               "lifetime_delta": "lifetime_delta", "lifetime_ledger": "lifetime_ledger"},
     "privacy_unit": {"unit": "unit", "id_field": "id_field",
                      "max_contributions": "max_contributions"},
     "counts": {"gamma": "gamma", "alpha": "alpha", "n_min": "n_min"},

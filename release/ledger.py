@@ -1,10 +1,12 @@
 """The privacy ledger of one release, and the lifetime ledger of a dataset.
 
 The lifetime ledger is a JSON file per dataset inside the enclave. A release reserves its
-epsilon under an exclusive file lock *before* reading any private row, so two releases
+epsilon and delta (releases compose basically: both add up) under an exclusive file lock
+*before* reading any private row, so two releases
 started at once cannot both pass the check. A reservation is finalised as ``released`` or,
 when the release stopped before any DP mechanism ran, ``aborted`` (its epsilon is given
-back). A crash leaves ``reserved``, which keeps counting: the conservative choice.
+back). A crash leaves ``reserved``, which keeps counting: the conservative choice. Ledgers
+written before deltas were recorded count their releases as delta 0, which they were.
 """
 
 from __future__ import annotations
@@ -56,13 +58,15 @@ def _safe_name(dataset: str) -> str:
 
 
 class LifetimeLedger:
-    """Per-dataset record of every release's epsilon, guarded by an exclusive lock."""
+    """Per-dataset record of every release's (epsilon, delta), guarded by an exclusive lock."""
 
-    def __init__(self, folder: Path, dataset: str, lifetime_epsilon: float) -> None:
+    def __init__(self, folder: Path, dataset: str, lifetime_epsilon: float,
+                 lifetime_delta: float = 0.0) -> None:
         self.path = Path(folder) / f"{_safe_name(dataset)}.ledger.json"
         self.lock_path = self.path.with_suffix(".lock")
         self.dataset = dataset
         self.lifetime_epsilon = lifetime_epsilon
+        self.lifetime_delta = lifetime_delta
 
     @contextmanager
     def _locked(self, timeout_s: float = 60.0) -> Iterator[None]:
@@ -102,25 +106,34 @@ class LifetimeLedger:
         atomic_write_bytes(self.path, (json.dumps(doc, indent=2, sort_keys=True) + "\n")
                            .encode("utf-8"), mode=0o600)
 
-    def spent(self) -> float:
-        doc = self._read()
-        return sum(r["epsilon"] for r in doc["releases"] if r["status"] != "aborted")
+    def spent(self) -> tuple[float, float]:
+        """(epsilon, delta) committed: every release not aborted, reserved ones included."""
+        return _committed(self._read())
 
-    def reserve(self, epsilon: float, note: str = "") -> str:
-        """Reserve epsilon for a new release, or refuse if the lifetime budget would be exceeded."""
+    def reserve(self, epsilon: float, delta: float = 0.0, note: str = "") -> str:
+        """Reserve (epsilon, delta) for a new release, or refuse if the lifetime budget would
+        be exceeded."""
         with self._locked():
             doc = self._read()
-            spent = sum(r["epsilon"] for r in doc["releases"] if r["status"] != "aborted")
-            if spent + epsilon > self.lifetime_epsilon + 1e-12:
+            spent_eps, spent_delta = _committed(doc)
+            if spent_eps + epsilon > self.lifetime_epsilon + 1e-12:
                 raise UserError(
                     f"lifetime budget for dataset '{self.dataset}' would be exceeded: "
-                    f"{spent:g} spent + {epsilon:g} requested > {self.lifetime_epsilon:g} "
+                    f"{spent_eps:g} spent + {epsilon:g} requested > {self.lifetime_epsilon:g} "
+                    f"(ledger {self.path}); no data was read")
+            if delta and spent_delta + delta > self.lifetime_delta * (1 + 1e-9):
+                raise UserError(
+                    f"lifetime delta for dataset '{self.dataset}' would be exceeded: "
+                    f"{spent_delta:g} spent + {delta:g} requested > {self.lifetime_delta:g} "
                     f"(ledger {self.path}); no data was read")
             rid = uuid.uuid4().hex[:12]
-            doc["releases"].append({"id": rid, "epsilon": epsilon, "status": "reserved",
-                                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                    "note": note})
+            entry = {"id": rid, "epsilon": epsilon, "status": "reserved",
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": note}
+            if delta:
+                entry["delta"] = delta
+            doc["releases"].append(entry)
             doc["lifetime_epsilon"] = self.lifetime_epsilon
+            doc["lifetime_delta"] = self.lifetime_delta
             self._write(doc)
             return rid
 
@@ -133,6 +146,11 @@ class LifetimeLedger:
                     r["status"] = status
                     if epsilon is not None:
                         r["epsilon"] = epsilon
-                    if delta:  # recorded for the reviewer; the lifetime budget is epsilon
+                    if delta is not None:
                         r["delta"] = delta
             self._write(doc)
+
+
+def _committed(doc: dict[str, Any]) -> tuple[float, float]:
+    live = [r for r in doc["releases"] if r["status"] != "aborted"]
+    return sum(r["epsilon"] for r in live), sum(r.get("delta", 0.0) for r in live)

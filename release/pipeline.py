@@ -74,7 +74,8 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     person_field = _person_field(cfg, schema)
     unit = PrivacyUnit(UNIT_COL if person_field else None, cfg.max_contributions)
 
-    ledger = LifetimeLedger(cfg.lifetime_ledger, cfg.dataset, cfg.lifetime_epsilon)
+    ledger = LifetimeLedger(cfg.lifetime_ledger, cfg.dataset, cfg.lifetime_epsilon,
+                            cfg.lifetime_delta)
     planned = cfg.epsilon
     source = None
     if cfg.selection_share > 0:  # load models before any row is read: failures cost nothing
@@ -82,9 +83,12 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
             source = candidate_source(schema, cfg.candidates, cfg.model, cfg.gpu_layers,
                                       cfg.generation_seed)
             kernel = Kernel(schema, Embedder(), KernelConfig(channels=cfg.channels))
-    rid = ledger.reserve(planned, note=f"release to {cfg.out}")
+    rid = ledger.reserve(planned, cfg.selection_delta, note=f"release to {cfg.out}")
+    spent_eps, spent_delta = ledger.spent()
+    delta_note = (f"; delta {spent_delta:g} of {cfg.lifetime_delta:g}"
+                  if cfg.selection_delta else "")
     con.print(f"[bold]release[/] {cfg.dataset}: epsilon {planned:g} reserved in the lifetime "
-              f"ledger ({ledger.spent():g} of {cfg.lifetime_epsilon:g} now committed)")
+              f"ledger ({spent_eps:g} of {cfg.lifetime_epsilon:g} now committed{delta_note})")
     try:
         t0 = time.perf_counter()
         with con.status("reading private rows (once)"):
@@ -255,7 +259,8 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                    "split": {"counts": cfg.counts_share, "selection": cfg.selection_share},
                    "counts": {"gamma": cfg.gamma if cfg.cohorts else 0.0,
                               "alpha": cfg.alpha if cfg.rates else 0.0, "n_min": cfg.n_min},
-                   "lifetime_epsilon": cfg.lifetime_epsilon},
+                   "lifetime_epsilon": cfg.lifetime_epsilon,
+                   "lifetime_delta": cfg.lifetime_delta},
         "ledger": ledger_block(entries, total,
                                GAUSSIAN_ACCOUNTANT if selection_mu is not None else ACCOUNTANT,
                                total_delta),

@@ -154,13 +154,30 @@ def test_lifetime_budget_refusal_and_concurrency(tmp_path):
     with pytest.raises(UserError, match=r"lifetime budget .* would be exceeded"):
         ledger.reserve(1.5)
     ledger.finish(rid, "aborted")
-    assert ledger.spent() == 0
+    assert ledger.spent() == (0, 0)
     other = tmp_path / "concurrent"
     with multiprocessing.Manager() as mgr:
         barrier = mgr.Barrier(4)
         with multiprocessing.Pool(4) as pool:
             results = pool.map(_reserve, [(str(other), barrier)] * 4)
     assert sorted(results) == ["ok", "refused", "refused", "refused"]
+
+
+def test_lifetime_delta_adds_up_across_releases(tmp_path):
+    """Releases compose basically: their deltas add up under the lifetime delta, as their
+    epsilons do under the lifetime epsilon; aborted releases give theirs back."""
+    ledger = LifetimeLedger(tmp_path, "ds", 10.0, 2.5e-6)
+    ledger.reserve(1.0, 1e-6)
+    aborted = ledger.reserve(1.0, 1e-6)
+    with pytest.raises(UserError, match=r"lifetime delta .* 2e-06 spent \+ 1e-06 requested"):
+        ledger.reserve(1.0, 1e-6)
+    ledger.reserve(1.0)  # a pure epsilon-DP release still fits
+    ledger.finish(aborted, "aborted")
+    ledger.reserve(1.0, 1e-6)
+    assert ledger.spent() == (3.0, pytest.approx(2e-6))
+    doc = json.loads(ledger.path.read_text())
+    assert doc["lifetime_delta"] == 2.5e-6 and [r.get("delta") for r in doc["releases"]] == [
+        1e-6, 1e-6, None, 1e-6]
 
 
 def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
@@ -196,6 +213,9 @@ def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
         ({"gamma": 0.6, "alpha": 0.5}, r"gamma \+ alpha < 1"),
         ({"epsilon": 20.0}, "exceeds the lifetime budget"),
         ({"delta": 1e-6}, "delta > 0 applies to the Gaussian selection modes"),
+        ({"selection_mode": "pe-histogram", "counts_share": 0.5, "selection_share": 0.5,
+          "delta": 1e-4}, "budget.delta 0.0001 exceeds the lifetime delta 1e-05"),
+        ({"lifetime_delta": -1e-6}, "lifetime_delta must be a number in"),
     ],
 )
 def test_bad_configs(tmp_path, keys, demo_schema, change, needle):
@@ -247,6 +267,6 @@ def test_example_configs_pass_checks(tmp_path, keys, demo_schema, name):
     assert len(commented) >= (8 if name == "release_selection.toml" else 1)
     p = tmp_path / "uncommented.toml"
     for line in commented:  # each commented setting alone, under its own section
-        section = "budget" if line.startswith("delta") else "selection"
+        section = "budget" if line.startswith(("delta", "lifetime_delta")) else "selection"
         p.write_text(example.read_text().replace(f"[{section}]\n", f"[{section}]\n{line}\n"))
         load_config(p, {"release_key": keys[0]})

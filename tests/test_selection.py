@@ -147,6 +147,9 @@ def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd, m
     assert math.isclose(doc["ledger"]["total_epsilon"],
                         sum(e["epsilon"] for e in doc["ledger"]["entries"]), rel_tol=1e-9)
     assert doc["ledger"]["total_epsilon"] <= cfg.epsilon + 1e-9
+    (lifetime,) = cfg.lifetime_ledger.glob("*.ledger.json")
+    (entry,) = json.loads(lifetime.read_text())["releases"]
+    assert entry.get("delta", 0.0) == doc["ledger"]["total_delta"]  # counted for the lifetime
     out, err = capfd.readouterr()
     blobs = [out, err] + [p.read_text(errors="replace") for p in cfg.out.rglob("*")
                           if p.is_file()]
