@@ -375,7 +375,7 @@ def test_number_range_without_numerals_is_refused() -> None:
 # ----- parsing ------------------------------------------------------------------------------
 
 def test_parse_record(demo_schema: Schema) -> None:
-    from tests.conftest import good_row
+    from conftest import good_row
 
     row = {k: v for k, v in good_row().items() if k != "patient_id"}
     text = render_record(row, demo_schema)
@@ -390,7 +390,7 @@ def test_parse_record(demo_schema: Schema) -> None:
 
 
 def test_demo_grammar_examples(demo_schema: Schema, checker: GrammarChecker) -> None:
-    from tests.conftest import good_row
+    from conftest import good_row
 
     row = {k: v for k, v in good_row().items() if k != "patient_id"}
     grammar = record_gbnf(demo_schema)
