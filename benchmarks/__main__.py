@@ -25,7 +25,7 @@ HERE = Path(__file__).parent
 
 def _counts(quick: bool) -> dict[str, Any]:
     from benchmarks import counts
-    return counts.run(20_000, 1) if quick else counts.run(1_000_000, 3)
+    return counts.run(20_000, 1) if quick else counts.run(1_000_000, 7)
 
 
 def _generation(quick: bool) -> dict[str, Any]:

@@ -25,6 +25,7 @@ def test_benchmarks_quick(tmp_path):
     blocks = [json.loads(b.split("```")[0]) for b in text.split("```json\n")[1:]]
     counts, selection, adult = blocks
     assert counts["time_ratio"] > 0 and counts["rows"] == 20_000
+    assert 0 < counts["opendp_handoff_s"] < counts["opendp_s"]
     assert selection["winners_at_inf_beat_random"]
     gaps = adult["results"][0]
     assert 0.5 < gaps["tfidf_logreg"]["synthetic"] <= 1.0
