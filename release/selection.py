@@ -182,10 +182,11 @@ def batch_ids(unit_ids: list[str], key: bytes, b: int) -> np.ndarray:
                                     "big") % b for u in unit_ids], dtype=np.int64)
 
 
-def _select_round(priv: PrivateClasses, kernel: Kernel, pools: dict[Any, tuple[Features,
-                  NumericScale]], b: int, epsilon: float, noise_scale: float,
-                  key: bytes) -> dict[Any, list[int]]:
-    """The round's private computation: utilities per batch, then OpenDP noisy max each."""
+def batch_votes(priv: PrivateClasses, kernel: Kernel,
+                pools: dict[Any, tuple[Features, NumericScale]], b: int, epsilon: float,
+                noise_scale: float, key: bytes) -> dict[Any, list[int]]:
+    """SelPE's private computation in one round: per class, each batch's utilities, then
+    one OpenDP noisy max per batch; the winning candidate index of every batch."""
     chosen: dict[Any, list[int]] = {}
     for c, (cand_features, num_scale) in pools.items():
         selector = noisy_max_with_scale(cand_features.n, noise_scale)
@@ -275,7 +276,7 @@ def round_mechanism(cfg: SelectionConfig, kernel: Kernel,
         key = secrets.token_bytes(32)
         scale = noisy_max_scale(cfg.k * m_t, budget)  # OpenDP's calibration, once per round
         measurement = selection_round(budget, lambda p: {
-            c: _winners(votes, len(votes)) for c, votes in _select_round(
+            c: _winners(votes, len(votes)) for c, votes in batch_votes(
                 p, kernel, pools, cfg.batches, budget, scale, key).items()})
         return measurement, RoundOutput(t, budget, scale, m_t)
     g = gaussian_statistics(cfg, kernel, pools, t)

@@ -13,7 +13,7 @@ from release.selection import (
     PoolSource,
     PrivateClasses,
     SelectionConfig,
-    _select_round,
+    batch_votes,
     one_class_per_unit,
     run_selpe,
 )
@@ -64,7 +64,7 @@ def test_empty_class_selects_uniformly(demo_schema, kernel):
     feats = kernel.featurize(pool)
     pools = {3: (feats, kernel.fit_scale(feats))}
     b = 2000
-    chosen = _select_round(PrivateClasses({}, {}), kernel, pools, b, 1.0,
+    chosen = batch_votes(PrivateClasses({}, {}), kernel, pools, b, 1.0,
                            noisy_max_scale(4, 1.0), b"k" * 32)[3]
     counts = np.bincount(chosen, minlength=4)
     assert stats.chisquare(counts, [b / 4] * 4).pvalue > 1e-3
