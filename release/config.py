@@ -170,12 +170,6 @@ class ReleaseConfig:
         if self.epsilon > self.lifetime_epsilon:
             raise UserError(f"config: budget.epsilon {self.epsilon} exceeds the lifetime "
                             f"budget {self.lifetime_epsilon}")
-        if not (isinstance(self.lifetime_delta, int | float) and 0 <= self.lifetime_delta < 1):
-            raise UserError("config: budget.lifetime_delta must be a number in [0, 1)")
-        if self.selection_delta > self.lifetime_delta:
-            raise UserError(f"config: budget.delta {self.selection_delta:g} exceeds the "
-                            f"lifetime delta {self.lifetime_delta:g}; lower budget.delta or "
-                            "raise budget.lifetime_delta")
         if self.unit not in ("row", "person"):
             raise UserError("config: privacy_unit.unit must be 'row' or 'person'")
         if self.max_contributions < 1:
@@ -202,9 +196,12 @@ class ReleaseConfig:
         return self
 
     def _check_delta(self) -> None:
+        """budget.delta against the selection mode, and against budget.lifetime_delta."""
         delta = self.delta
-        if delta is not None and not (isinstance(delta, int | float) and 0 <= delta < 1):
+        if delta is not None and not _probability(delta):
             raise UserError("config: budget.delta must be a number in [0, 1)")
+        if not _probability(self.lifetime_delta):
+            raise UserError("config: budget.lifetime_delta must be a number in [0, 1)")
         if self.selection_mode in GAUSSIAN_MODES:
             if delta == 0:
                 raise UserError(f"config: selection mode '{self.selection_mode}' is Gaussian "
@@ -217,6 +214,10 @@ class ReleaseConfig:
             raise UserError("config: budget.delta > 0 applies to the Gaussian selection modes "
                             "(pe-histogram, representatives) only; selpe and the counts are "
                             "pure epsilon-DP: set delta = 0 or leave it out")
+        if self.selection_delta > self.lifetime_delta:
+            raise UserError(f"config: budget.delta {self.selection_delta:g} exceeds the "
+                            f"lifetime delta {self.lifetime_delta:g}; lower budget.delta or "
+                            "raise budget.lifetime_delta")
 
     def _check_against(self, schema: Schema) -> None:
         known = set(schema.field_names)
@@ -277,6 +278,10 @@ def _overlap(schema: Schema, a: Cohort, b: Cohort) -> bool:
         elif not set(ra) & set(rb):
             return False
     return True
+
+
+def _probability(x: Any) -> bool:
+    return isinstance(x, int | float) and 0 <= x < 1
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseConfig:
