@@ -29,9 +29,9 @@ from audits.io import (
 )
 from release.private_data import InvalidPolicy, read_private_rows
 from selpe_audit import __version__
-from selpe_audit.command import Command
+from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
-from selpe_audit.kernel import CHANNEL_SETS, KernelConfig, channel_kind
+from selpe_audit.kernel.distance import CHANNEL_SETS, KernelConfig, channel_kind
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 KINDS = ("mia", "mechanism", "fidelity", "utility")
@@ -148,7 +148,7 @@ def _artifact_epsilon(args: argparse.Namespace) -> tuple[float | None, float, di
         return args.epsilon, 0.0, {"source": "--epsilon"}
     if not args.artifact:
         return None, 0.0, {"source": None}
-    from selpe_audit.artifact import read_release, read_release_unverified
+    from selpe_audit.artifact.document import read_release, read_release_unverified
 
     if args.trust:
         doc = read_release(args.artifact, args.trust).doc
@@ -244,7 +244,7 @@ def _run_mechanism(args: argparse.Namespace) -> int:
               "calibrate_to": args.calibrate_to,
               "candidates": args.candidates, "field": args.field, "runs": args.runs,
               "calibration_runs": args.calibration_runs,
-              "data": "fictional demo rows (selpe_audit.demo_data), demo schema"}
+              "data": "fictional demo rows (selpe_audit.demo.generator), demo schema"}
     failed = [a["mechanism"] for a in audits if not a["passed"]]
     result = {"audits": audits, "passed": not failed, "failed": failed}
     report = _report("mechanism", {}, config, result, t0)

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from release.private_data import PrivateTable, read_private_rows
-from selpe_audit.canonical import atomic_write_bytes
+from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema, load_schema, parse_schema
 
-RELEASE_FILE = "release.json"  # the marker of an artifact folder (selpe_audit.artifact)
+RELEASE_FILE = "release.json"  # the marker of an artifact folder (selpe_audit.artifact.document)
 REPORT_NOTE = ("computed from private rows; not a DP output - keep this report inside the "
                "enclave")
 
@@ -138,6 +138,6 @@ def jsonable(x: Any) -> Any:
 def load_embedder(model: str | None = None) -> Any:
     """One `Embedder` per model and process (loading takes seconds; its text cache lives in
     memory only and is never written)."""
-    from selpe_audit.embeddings import Embedder
+    from selpe_audit.kernel.embeddings import Embedder
 
     return Embedder(model)

@@ -13,7 +13,7 @@ count's optimal test reaches eps exactly) a correct mechanism still FAILs by cha
 about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
 
 - ``selection``: the per-batch noisy max (`release.opendp_mechanisms.batch_noisy_max`) on
-  utilities built by the real kernel (`selpe_audit.kernel`, numeric channels, so no
+  utilities built by the real kernel (`selpe_audit.kernel.distance`, numeric channels, so no
   embedder): D holds one row r in the batch; the candidates are c0 (far from r) and copies
   of r; the canary is the reflection 2 c0 - r, so the batch center moves from r to c0 and the
   utilities from (-1, 0, ..., 0) to (0, -1, ..., -1): L-inf distance 1, the worst case the
@@ -68,8 +68,8 @@ from release.opendp_mechanisms import (
     zcdp_budget,
 )
 from release.selection import PrivateClasses, SelectionConfig, gaussian_statistics
-from selpe_audit.demo_data import generate_rows
-from selpe_audit.kernel import Kernel, KernelConfig
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.kernel.distance import Kernel, KernelConfig
 from selpe_audit.schema import Schema
 
 KINDS = ("selection", "counts", "pe-histogram", "representatives")

@@ -3,7 +3,7 @@
 The attacker holds the synthetic records and a target row; it scores the target by
 -DCR (the closer a synthetic record, the likelier the target was a member). Two distances:
 
-- ``kernel``: SelPE's multi-channel kernel (`selpe_audit.kernel`), the distance the release
+- ``kernel``: SelPE's multi-channel kernel (`selpe_audit.kernel.distance`), the distance the release
   itself uses, with numeric scales fitted on the synthetic records (what the attacker has);
 - ``tfidf``: 1 - cosine similarity of TF-IDF vectors (word 1-2 grams) of the linearised
   records, a cheap model-free baseline (vocabulary and IDF from synthetic + targets, which
@@ -13,7 +13,7 @@ Reported per variant: ROC AUC (bootstrap interval), TPR at FPR 1 % and 0.1 % (Cl
 Pearson on the TPR at the empirical threshold), the empirical advantage, and DCR quantiles;
 overall: the exact-copy rate (share of synthetic records identical, field by field, to a
 member record; the same against non-members as the chance level). Beside them, what the
-artifact's epsilon allows (`selpe_audit.guarantees`).
+artifact's epsilon allows (`selpe_audit.artifact.guarantees`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from rich.table import Table
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from audits import stats
-from selpe_audit.guarantees import advantage_bound, tpr_bound
-from selpe_audit.kernel import Kernel, KernelConfig, TextEncoder
+from selpe_audit.artifact.guarantees import advantage_bound, tpr_bound
+from selpe_audit.kernel.distance import Kernel, KernelConfig, TextEncoder
 from selpe_audit.schema import Schema, format_value
 
 VARIANTS = ("kernel", "tfidf")

@@ -6,7 +6,7 @@ Two models predict the label, scored by macro one-vs-rest ROC AUC on the real te
   regression (the label must not be in its own input text);
 - ``hgb_embeddings``: scikit-learn's HistGradientBoostingClassifier on numeric fields,
   one-hot categorical fields (categories from the public schema) and sentence embeddings
-  (`selpe_audit.embeddings`) of each free-text field.
+  (`selpe_audit.kernel.embeddings`) of each free-text field.
 
 The baseline trains the same models on a seeded sample of the real training rows with as
 many rows as the synthetic set. Everything is seeded (sampling, models); no DP noise is
@@ -27,7 +27,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits
 
-from selpe_audit.kernel import TextEncoder
+from selpe_audit.kernel.distance import TextEncoder
 from selpe_audit.schema import Schema
 
 MODELS = ("tfidf_logreg", "hgb_embeddings")

@@ -24,7 +24,7 @@ from benchmarks.adult import counts_release, fmt, label, parse_epsilons, split_p
 from decode.pipeline import DecodeSettings, run_decode
 from release.private_data import read_private_rows
 from selpe_audit.schema import load_schema
-from selpe_audit.signing import generate_keypair
+from selpe_audit.artifact.signing import generate_keypair
 
 
 def run(epsilons: list[float], quick: bool = False) -> dict[str, Any]:

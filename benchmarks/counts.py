@@ -28,7 +28,7 @@ import polars as pl
 from release.config import ReleaseConfig
 from release.counts import derive_frame, plan_queries
 from release.opendp_mechanisms import PrivacyUnit, new_context, release_counts
-from selpe_audit.demo_data import generate_rows
+from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import demo_schema_path, load_schema
 
 CACHE = Path(__file__).parent / ".cache"

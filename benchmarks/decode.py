@@ -37,9 +37,9 @@ from decode.fidelity import released_tvd
 from decode.pipeline import DecodeSettings, make_decoder, plan, select
 from decode.released import Released, released_view
 from decode.select_top import artifact_kernel
-from selpe_audit.artifact import read_release
-from selpe_audit.demo_data import generate_rows
-from selpe_audit.kernel import Kernel
+from selpe_audit.artifact.document import read_release
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.kernel.distance import Kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"none": (False, False), "select_top": (True, False), "fit": (False, True),
@@ -51,7 +51,7 @@ def build_artifact(folder: Path, quick: bool) -> tuple[Path, Path]:
     from release.config import load_config
     from release.pipeline import run_release
     from selpe_audit.schema import demo_schema_path
-    from selpe_audit.signing import generate_keypair
+    from selpe_audit.artifact.signing import generate_keypair
 
     priv, pub, _ = generate_keypair(folder / "release.pem")
     pool = folder / "pool.jsonl"

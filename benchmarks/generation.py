@@ -33,22 +33,22 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from selpe_audit.demo_data import generate_rows
-from selpe_audit.generation import (
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.llm.generation import (
     Decoder,
     GenerationConfig,
     GenerationStats,
     RecordGenerator,
     Request,
 )
-from selpe_audit.grammar import (
+from selpe_audit.llm.grammar import (
     RecordLayout,
     max_record_chars,
     parse_record,
     record_gbnf,
 )
-from selpe_audit.models import LLM, load_llm
-from selpe_audit.prompts import single_stage_prompt
+from selpe_audit.llm.models import LLM, load_llm
+from selpe_audit.llm.prompts import single_stage_prompt
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 CLASS = 3

@@ -18,8 +18,8 @@ from decode.marginals import MarginalsDecoder
 from decode.pipeline import DecodeSettings, RecordSource, plan, select
 from decode.released import Released
 from decode.select_top import artifact_kernel
-from selpe_audit.embeddings import Embedder
-from selpe_audit.models import LLM, load_llm
+from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.llm.models import LLM, load_llm
 
 Row = dict[str, Any]
 

@@ -43,9 +43,9 @@ from release.selection import (
     round_mechanism,
     run_selection,
 )
-from selpe_audit.demo_data import generate_rows
-from selpe_audit.embeddings import Embedder
-from selpe_audit.kernel import Features, Kernel, KernelConfig
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.kernel.distance import Features, Kernel, KernelConfig
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 DELTA = 1e-6

@@ -74,9 +74,9 @@ from benchmarks.local_decode import Candidates, LocalDecode
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from decode.writers import write_records
-from selpe_audit.artifact import read_release
-from selpe_audit.demo_data import generate_rows, write_rows
-from selpe_audit.embeddings import Embedder
+from selpe_audit.artifact.document import read_release
+from selpe_audit.demo.generator import generate_rows, write_rows
+from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ class Bench:
 
 
 def _bench(folder: Path, sizes: Sizes) -> Bench:
-    from selpe_audit.signing import generate_keypair
+    from selpe_audit.artifact.signing import generate_keypair
 
     schema = load_schema(demo_schema_path())
     key, trust, _ = generate_keypair(folder / "release.pem")

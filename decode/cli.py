@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from decode.pipeline import DECODERS, DecodeSettings, run_decode
-from selpe_audit.command import Command
+from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 
 GPU_ENV = "SELPE_AUDIT_GPU_LAYERS"

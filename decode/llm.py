@@ -22,14 +22,14 @@ from typing import Any
 
 from decode.released import Released
 from selpe_audit.errors import UserError
-from selpe_audit.generation import (
+from selpe_audit.llm.generation import (
     GenerationConfig,
     GenerationError,
     GenerationStats,
     RecordGenerator,
 )
-from selpe_audit.models import LLM
-from selpe_audit.prompts import templates_digest
+from selpe_audit.llm.models import LLM
+from selpe_audit.llm.prompts import templates_digest
 
 CHUNK = 8          # records per seeded chunk: 2 x the default parallel sequences
 POSITIVES = 6      # few-shot winners per prompt (the generator drops some if n_ctx is short)

@@ -41,11 +41,11 @@ from decode.writers import (
     write_provenance,
     write_records,
 )
-from selpe_audit.artifact import VerifiedRelease, read_release, tool_versions
+from selpe_audit.artifact.document import VerifiedRelease, read_release, tool_versions
 from selpe_audit.errors import UserError
-from selpe_audit.kernel import Kernel
-from selpe_audit.models import load_llm
-from selpe_audit.prompts import templates_digest
+from selpe_audit.kernel.distance import Kernel
+from selpe_audit.llm.models import load_llm
+from selpe_audit.llm.prompts import templates_digest
 
 PROVENANCE_FORMAT = "selpe-audit/decode-provenance"
 DECODERS = ("llm", "marginals")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from decode.allocation import shares
-from selpe_audit.artifact import VerifiedRelease
+from selpe_audit.artifact.document import VerifiedRelease
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema, parse_schema
 

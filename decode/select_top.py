@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from decode.released import Released
-from selpe_audit.kernel import Kernel, KernelConfig
+from selpe_audit.kernel.distance import Kernel, KernelConfig
 
 if TYPE_CHECKING:
-    from selpe_audit.embeddings import Embedder
+    from selpe_audit.kernel.embeddings import Embedder
 
 
 def artifact_kernel(released: Released, embedder: Embedder | None = None
@@ -39,7 +39,7 @@ def artifact_kernel(released: Released, embedder: Embedder | None = None
     if not numeric_only.semantic_channels:
         return numeric_only, None
     if embedder is None:
-        from selpe_audit.embeddings import Embedder  # loads torch: only when a channel needs it
+        from selpe_audit.kernel.embeddings import Embedder  # loads torch: only when a channel needs it
 
         embedder = Embedder()
     kernel = Kernel(released.schema, embedder, config)

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from selpe_audit.canonical import atomic_write_bytes, atomic_write_json
+from selpe_audit.artifact.canonical import atomic_write_bytes, atomic_write_json
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 

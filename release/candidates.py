@@ -20,9 +20,9 @@ class LLMSource:
     """Two-stage, grammar-constrained generation with the shared core (selpe_audit)."""
 
     def __init__(self, schema: Schema, model: str | None, gpu_layers: int, seed: int) -> None:
-        from selpe_audit import prompts
-        from selpe_audit.generation import GenerationConfig, RecordGenerator
-        from selpe_audit.models import load_llm
+        from selpe_audit.llm import prompts
+        from selpe_audit.llm.generation import GenerationConfig, RecordGenerator
+        from selpe_audit.llm.models import load_llm
 
         self.llm = load_llm(model, n_gpu_layers=gpu_layers, seed=seed)
         self.config = GenerationConfig(seed=seed)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from release.config import load_config
 from release.pipeline import run_release
-from selpe_audit.command import Command
+from selpe_audit.cli.command import Command
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from selpe_audit.canonical import atomic_write_bytes
+from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.errors import UserError
 
 

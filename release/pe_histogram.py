@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from release.gaussian_votes import block_offsets, rank_votes, row_weights
-from selpe_audit.kernel import Features, Kernel, NumericScale
+from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 
 if TYPE_CHECKING:
     from release.selection import PrivateClasses

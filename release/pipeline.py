@@ -35,14 +35,14 @@ from release.selection import (
     run_selection,
     unit_id_of,
 )
-from selpe_audit.artifact import FORMAT, FORMAT_VERSION, tool_versions, write_release
-from selpe_audit.embeddings import Embedder
+from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions, write_release
+from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.errors import UserError
-from selpe_audit.guarantees import derived_guarantees, gdp_interpretation
-from selpe_audit.kernel import Kernel, KernelConfig
-from selpe_audit.review_html import write_review_html
+from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation
+from selpe_audit.kernel.distance import Kernel, KernelConfig
+from selpe_audit.review.page import write_review_html
 from selpe_audit.schema import Schema, load_schema
-from selpe_audit.signing import key_id, load_private_key
+from selpe_audit.artifact.signing import key_id, load_private_key
 
 ACCOUNTANT = ("OpenDP: a Context compositor over the count queries and an adaptive "
               "compositor over the selection rounds, each entry's epsilon from its privacy "

@@ -33,7 +33,7 @@ from sklearn.cluster import KMeans
 from sklearn.utils.extmath import randomized_svd
 
 from release.gaussian_votes import block_offsets, rank_votes, row_weights
-from selpe_audit.kernel import Features, Kernel, NumericScale
+from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 
 if TYPE_CHECKING:
     from release.selection import PrivateClasses

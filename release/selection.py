@@ -56,7 +56,7 @@ from release.opendp_mechanisms import (
     selection_round,
     zcdp_budget,
 )
-from selpe_audit.kernel import Features, Kernel, NumericScale
+from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 from selpe_audit.schema import Schema
 
 if TYPE_CHECKING:  # OpenDP is called from release.opendp_mechanisms only

@@ -104,8 +104,8 @@ HF_HUB_OFFLINE=1 "$PY" - <<'PY' || echo "note: default model not prepared yet"
 import importlib.util
 import os
 
-if importlib.util.find_spec("selpe_audit.models"):
-    from selpe_audit.models import default_llm_path
+if importlib.util.find_spec("selpe_audit.llm.models"):
+    from selpe_audit.llm.models import default_llm_path
 
     path = default_llm_path()
     seconds = path.stat().st_mtime_ns // 1_000_000_000

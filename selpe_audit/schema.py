@@ -26,7 +26,7 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from selpe_audit.canonical import canonical_bytes
+from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.errors import UserError
 
 Kind = Literal["numeric", "categorical", "text", "id"]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from selpe_audit.artifact import (
+from selpe_audit.artifact.document import (
     FORMAT,
     FORMAT_VERSION,
     RELEASE_FILE,
@@ -15,9 +15,9 @@ from selpe_audit.artifact import (
     tool_versions,
     write_release,
 )
-from selpe_audit.canonical import canonical_bytes
+from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.errors import UserError
-from selpe_audit.signing import SIGNATURES_DIR, generate_keypair, sign_file
+from selpe_audit.artifact.signing import SIGNATURES_DIR, generate_keypair, sign_file
 
 
 def minimal_doc(schema, kid):

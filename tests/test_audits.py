@@ -20,11 +20,11 @@ import pytest
 from audits import anonymeter_risks, mechanism, mia, stats
 from audits.io import load_embedder, read_records, record_schema
 from release.opendp_mechanisms import noisy_max_with_scale
-from selpe_audit.artifact import FORMAT, FORMAT_VERSION, tool_versions, write_release
-from selpe_audit.cli import main
-from selpe_audit.demo_data import generate_rows, write_rows
+from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions, write_release
+from selpe_audit.cli.main import main
+from selpe_audit.demo.generator import generate_rows, write_rows
 from selpe_audit.errors import UserError
-from selpe_audit.signing import generate_keypair
+from selpe_audit.artifact.signing import generate_keypair
 
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
 

@@ -43,14 +43,14 @@ from decode.pipeline import DecodeSettings, plan, run_decode
 from decode.released import released_view
 from release.config import load_config
 from release.pipeline import run_release
-from selpe_audit.artifact import RELEASE_FILE, read_release
-from selpe_audit.canonical import canonical_bytes
-from selpe_audit.cli import main
-from selpe_audit.demo_data import generate_rows
+from selpe_audit.artifact.document import RELEASE_FILE, read_release
+from selpe_audit.artifact.canonical import canonical_bytes
+from selpe_audit.cli.main import main
+from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
-from selpe_audit.generation import GenerationStats
+from selpe_audit.llm.generation import GenerationStats
 from selpe_audit.schema import demo_schema_path
-from selpe_audit.signing import generate_keypair, sign_file
+from selpe_audit.artifact.signing import generate_keypair, sign_file
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).with_name("selpe-audit"))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from selpe_audit import demo_data
-from selpe_audit.demo_data import COLUMNS, generate_rows, main, write_rows
+from selpe_audit.demo import generator as demo_data
+from selpe_audit.demo.generator import COLUMNS, generate_rows, main, write_rows
 
 DATA_DIR = Path(demo_data.__file__).parent / "data"
 SCHEMA_PATH = DATA_DIR / "ed_triage.schema.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from selpe_audit.embeddings import (
+from selpe_audit.kernel.embeddings import (
     DEFAULT_MODEL_NAME,
     Embedder,
     EmbedderStats,

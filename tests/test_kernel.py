@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from selpe_audit.embeddings import Embedder
-from selpe_audit.kernel import (
+from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.kernel.distance import (
     CHANNEL_SETS,
     EMPTY_BATCH_DISTANCE,
     Centers,

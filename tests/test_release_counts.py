@@ -20,10 +20,10 @@ from release.counts import derive_frame, plan_queries
 from release.ledger import LifetimeLedger
 from release.opendp_mechanisms import PrivacyUnit, count_measurement, new_context
 from release.pipeline import run_release
-from selpe_audit.artifact import read_release
+from selpe_audit.artifact.document import read_release
 from selpe_audit.errors import UserError
 from selpe_audit.schema import demo_schema_path
-from selpe_audit.signing import generate_keypair
+from selpe_audit.artifact.signing import generate_keypair
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY_ID = "CNRYPID9"

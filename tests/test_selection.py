@@ -17,12 +17,12 @@ from release.config import load_config
 from release.opendp_mechanisms import batch_noisy_max, noisy_max_scale
 from release.pipeline import run_release
 from release.selection import PoolSource, PrivateClasses, SelectionConfig, batch_ids, run_selpe
-from selpe_audit.artifact import read_release
-from selpe_audit.demo_data import generate_rows
-from selpe_audit.embeddings import Embedder
-from selpe_audit.kernel import Kernel, KernelConfig
+from selpe_audit.artifact.document import read_release
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.kernel.distance import Kernel, KernelConfig
 from selpe_audit.schema import demo_schema_path
-from selpe_audit.signing import generate_keypair
+from selpe_audit.artifact.signing import generate_keypair
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary okapi-5521 private complaint"
@@ -163,7 +163,7 @@ def _check_gaussian_ledger(doc, rounds, cfg):
     """Round entries state rho (OpenDP's Gaussian map at the stated sensitivity); the
     conversion entry is OpenDP's zCDP -> (epsilon, delta) of the composed rounds."""
     from release.opendp_mechanisms import approx_dp_of, gaussian_with_scale
-    from selpe_audit.guarantees import gdp_reconstruction_bound
+    from selpe_audit.artifact.guarantees import gdp_reconstruction_bound
 
     sel = doc["selection"]
     for e, r in zip(rounds, sel["rounds"], strict=True):

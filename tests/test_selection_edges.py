@@ -17,9 +17,9 @@ from release.selection import (
     one_class_per_unit,
     run_selpe,
 )
-from selpe_audit.demo_data import generate_rows
-from selpe_audit.embeddings import Embedder
-from selpe_audit.kernel import Kernel, KernelConfig
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.kernel.distance import Kernel, KernelConfig
 
 
 @pytest.fixture(scope="module")

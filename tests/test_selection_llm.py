@@ -11,10 +11,10 @@ import pytest
 
 from release.config import load_config
 from release.pipeline import run_release
-from selpe_audit.artifact import read_release
-from selpe_audit.demo_data import generate_rows
+from selpe_audit.artifact.document import read_release
+from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import demo_schema_path, load_schema
-from selpe_audit.signing import generate_keypair
+from selpe_audit.artifact.signing import generate_keypair
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -31,10 +31,10 @@ from release.selection import (
     gaussian_statistics,
     run_selection,
 )
-from selpe_audit.demo_data import generate_rows
+from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
-from selpe_audit.guarantees import gdp_interpretation, gdp_reconstruction_bound
-from selpe_audit.kernel import Kernel, KernelConfig
+from selpe_audit.artifact.guarantees import gdp_interpretation, gdp_reconstruction_bound
+from selpe_audit.kernel.distance import Kernel, KernelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).with_name("selpe-audit"))

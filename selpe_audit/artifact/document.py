@@ -18,9 +18,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from selpe_audit import __version__
-from selpe_audit.canonical import atomic_write_json, canonical_bytes
+from selpe_audit.artifact.canonical import atomic_write_json, canonical_bytes
 from selpe_audit.errors import UserError
-from selpe_audit.signing import (
+from selpe_audit.artifact.signing import (
     SIGNATURES_DIR,
     Verification,
     key_id,

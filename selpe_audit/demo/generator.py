@@ -27,7 +27,7 @@ is demo *data*, not differential-privacy noise.
 
 Command line::
 
-    python -m selpe_audit.demo_data --n 1000 --seed 0 --out rows.csv
+    python -m selpe_audit.demo.generator --n 1000 --seed 0 --out rows.csv
 """
 
 from __future__ import annotations
@@ -898,7 +898,7 @@ def write_rows(rows: Sequence[dict], path: str | Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: write a seeded fictional triage dataset to --out."""
     parser = argparse.ArgumentParser(
-        prog="python -m selpe_audit.demo_data",
+        prog="python -m selpe_audit.demo.generator",
         description="Generate FICTIONAL, seeded ED-triage demo records.",
     )
     parser.add_argument("--n", type=int, default=1000, help="number of rows (default 1000)")

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from selpe_audit.models import _backend_init, _lc, _set_quiet, default_llm_path
+from selpe_audit.llm.models import _backend_init, _lc, _set_quiet, default_llm_path
 
 
 class GrammarChecker:

@@ -6,8 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from selpe_audit.command import Command
-from selpe_audit.signing import generate_keypair
+from selpe_audit.cli.command import Command
+from selpe_audit.artifact.signing import generate_keypair
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from selpe_audit import prompts
+from selpe_audit.llm import prompts
 from selpe_audit.errors import UserError
-from selpe_audit.grammar import RecordLayout, max_record_chars, parse_record, record_gbnf
-from selpe_audit.models import LLM
+from selpe_audit.llm.grammar import RecordLayout, max_record_chars, parse_record, record_gbnf
+from selpe_audit.llm.models import LLM
 from selpe_audit.schema import Schema
 
 # Token data as llama.cpp lays it out (llama_token_data: int32 id, float logit, float p).

@@ -17,7 +17,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from selpe_audit.canonical import atomic_write_bytes
+from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.errors import UserError
 
 SIGNATURES_DIR = "signatures"

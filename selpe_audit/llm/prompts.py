@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from selpe_audit.grammar import json_text, render_record
+from selpe_audit.llm.grammar import json_text, render_record
 from selpe_audit.schema import Field, Schema, format_value
 
 TEMPLATES: dict[str, str] = {

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selpe_audit.artifact import read_release_unverified
-from selpe_audit.canonical import atomic_write_bytes, canonical_bytes
+from selpe_audit.artifact.document import read_release_unverified
+from selpe_audit.artifact.canonical import atomic_write_bytes, canonical_bytes
 from selpe_audit.errors import UserError
-from selpe_audit.review import (
+from selpe_audit.review.view import (
     EPSILON_HIGH,
     ReviewWarning,
     SignatureStatus,

@@ -19,9 +19,9 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 
-from selpe_audit.artifact import RELEASE_FILE
-from selpe_audit.canonical import canonical_bytes
-from selpe_audit.signing import SIGNATURES_DIR, key_id, load_public_key
+from selpe_audit.artifact.document import RELEASE_FILE
+from selpe_audit.artifact.canonical import canonical_bytes
+from selpe_audit.artifact.signing import SIGNATURES_DIR, key_id, load_public_key
 
 EPSILON_HIGH = 4.0  # above this the guarantees are weak enough that a reviewer must decide
 DEFAULT_FLOOR = 10  # n_min when the artifact does not state one

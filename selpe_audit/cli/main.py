@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from selpe_audit import __version__
-from selpe_audit.command import Command
+from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 
 ENTRY_POINT_GROUP = "selpe_audit.commands"

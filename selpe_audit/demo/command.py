@@ -17,12 +17,12 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
-from selpe_audit.command import Command
-from selpe_audit.demo_data import generate_rows, write_rows
+from selpe_audit.cli.command import Command
+from selpe_audit.demo.generator import generate_rows, write_rows
 from selpe_audit.errors import NotAvailableYet, UserError
 from selpe_audit.schema import demo_schema_path
 
-DATA = Path(__file__).parent / "data" / "ed_triage_sample.csv"
+DATA = Path(__file__).parents[1] / "data" / "ed_triage_sample.csv"
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
         ("keygen (release key)", ["keygen", str(keys / "release.pem")]),
         ("keygen (reviewer key)", ["keygen", str(keys / "reviewer.pem")]),
         ("release (enclave)", [
-            "release", "--config", str(Path(__file__).parent / "data" / "demo_release.toml"),
+            "release", "--config", str(Path(__file__).parents[1] / "data" / "demo_release.toml"),
             "--data", str(DATA), "--schema", schema, "--out", str(art),
             "--key", str(keys / "release.pem"), "--epsilon", str(epsilon),
             "--lifetime-ledger", str(out / "enclave-ledger"),
@@ -84,7 +84,7 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
 
 
 def _run(args: argparse.Namespace) -> int:
-    from selpe_audit.cli import build_parser, load_commands  # the registry, at run time
+    from selpe_audit.cli.main import build_parser, load_commands  # the registry, at run time
 
     con = Console(highlight=False)
     out = Path(args.out)

@@ -23,10 +23,10 @@ from rich.prompt import Confirm
 from rich.table import Table
 from rich.text import Text
 
-from selpe_audit.artifact import RELEASE_FILE, read_release_unverified
-from selpe_audit.command import Command
+from selpe_audit.artifact.document import RELEASE_FILE, read_release_unverified
+from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
-from selpe_audit.review import (
+from selpe_audit.review.view import (
     EPSILON_HIGH,
     ReviewWarning,
     SignatureStatus,
@@ -45,8 +45,8 @@ from selpe_audit.review import (
     signature_statuses,
     signature_warnings,
 )
-from selpe_audit.review_html import REVIEW_FILE, write_review_html
-from selpe_audit.signing import key_id, load_private_key, sign_file
+from selpe_audit.review.page import REVIEW_FILE, write_review_html
+from selpe_audit.artifact.signing import key_id, load_private_key, sign_file
 
 BAR_WIDTH = 12
 _FLAG_STYLE = {"negative": "red", None: "blue"}
