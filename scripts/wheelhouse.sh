@@ -24,8 +24,9 @@
 #                         no OpenMP runtime needed). A build on this machine otherwise uses every
 #                         instruction this CPU has (AVX-512 here) and can die with SIGILL on the
 #                         enclave's. About 7 min on 2 cores, once: kept in its own pip cache.
-#   LLAMA_BUILD=cached    copy the wheel pip already built for this machine (fast; only for an
-#                         enclave with the same CPU, or for tests on this machine).
+#   LLAMA_BUILD=cached    copy the wheel install.sh built and proved on this machine (named in
+#                         .venv/.llama-build; fast; only for an enclave with the same CPU, or for
+#                         tests on this machine).
 #   TORCH_INDEX_URL=url   extra index for torch alone (where no local CPU build is configured).
 set -euo pipefail
 
@@ -41,7 +42,7 @@ DEV=${DEV:-1}
 LLAMA_BUILD=${LLAMA_BUILD:-portable}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}   # the same pin as install.sh
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
-LLAMA_PORTABLE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF"
+LLAMA_PORTABLE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF"  # = install-llama.sh's portable
 
 PIP=("$PYTHON" -m pip --disable-pip-version-check)
 # --find-links DIR: what is already in DIR counts as found, so a rerun downloads and builds
@@ -93,7 +94,13 @@ if [ "$LLAMA_BUILD" = "portable" ]; then
 elif [ "$LLAMA_BUILD" = "cached" ]; then
   if [ "$(cat "$stamp" 2>/dev/null)" != "cached $llama_pin" ]; then
     rm -f "$DIR"/llama_cpp_python-*.whl
-    "${PIP[@]}" wheel -q --no-deps --wheel-dir "$DIR" "$llama_pin"
+    built=$(sed -n 2p "${LLAMA_STAMP:-.venv/.llama-build}" 2>/dev/null || true)
+    if [ ! -f "$built" ]; then
+      echo "error: LLAMA_BUILD=cached, but no llama-cpp-python wheel built by install.sh" \
+        "(run scripts/install.sh first, or use LLAMA_BUILD=portable)" >&2
+      exit 2
+    fi
+    cp "$built" "$DIR/"
     echo "cached $llama_pin" >"$stamp"
   fi
 else

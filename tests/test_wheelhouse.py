@@ -25,6 +25,7 @@ from conftest import ROOT
 
 CONTAINERFILE = ROOT / "Containerfile"
 INSTALL = ROOT / "scripts" / "install.sh"
+INSTALL_LLAMA = ROOT / "scripts" / "install-llama.sh"
 WHEELHOUSE_SH = ROOT / "scripts" / "wheelhouse.sh"
 
 
@@ -193,10 +194,9 @@ def test_decode_image_builds_llama_cpp_with_cuda(stages):
     assert any(s.base.startswith("nvidia/cuda:") and "-devel-" in s.base for s in decode_chain)
     runs = install_runs(decode_chain)
     assert any("GPU=1" in r for r in runs)
-    # GPU=1 is how install.sh turns on llama.cpp's CUDA backend.
-    script = INSTALL.read_text(encoding="utf-8")
-    assert re.search(r'if \[ "\$GPU" = "1" \]; then\s+export CMAKE_ARGS="[^"]*-DGGML_CUDA=on',
-                     script)
+    # GPU=1 is how install-llama.sh turns on llama.cpp's CUDA backend.
+    script = INSTALL_LLAMA.read_text(encoding="utf-8")
+    assert re.search(r'\[ "\$GPU" = "1" \] && cmake="\$cmake -DGGML_CUDA=on', script)
     assert decode.env().get("SELPE_AUDIT_GPU_LAYERS") == "-1"
     users = decode.get("USER")
     assert users and users[-1].split(":")[0] not in {"root", "0"}
@@ -220,7 +220,8 @@ def test_images_copy_every_package_and_files_that_exist(stages):
                     copied.add(src)
                     if not any(c in src for c in "*?["):   # a wildcard may match nothing
                         assert (ROOT / src).exists(), f"{target}: COPY {src}: not in the repo"
-        assert {"pyproject.toml", "scripts/install.sh", *packages} <= copied
+        assert {"pyproject.toml", "scripts/install.sh", "scripts/install-llama.sh",
+                *packages} <= copied
 
 
 def test_extra_model_arguments_expand_as_documented():
@@ -230,7 +231,7 @@ def test_extra_model_arguments_expand_as_documented():
 
 
 def test_scripts_are_strict_bash():
-    for script in (INSTALL, WHEELHOUSE_SH):
+    for script in (INSTALL, INSTALL_LLAMA, WHEELHOUSE_SH):
         body = script.read_text(encoding="utf-8")
         assert body.startswith("#!/usr/bin/env bash\n")
         assert "\nset -euo pipefail\n" in body
