@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from audits import anonymeter_risks, fidelity, mechanism, mia, utility
+from audits import anonymeter_risks, fidelity, mechanism, mia, release_audit, utility
 from audits.io import (
     REPORT_NOTE,
     default_report_path,
@@ -78,11 +78,15 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                        description=mechanism.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(k, synthetic=False)
-    k.add_argument("--kind", choices=[*mechanism.KINDS, "all"], default="all")
+    k.add_argument("--kind", choices=[*mechanism.KINDS, "release", "all"], default="all",
+                   help="one mechanism, 'release' (the whole composed release, end to end: "
+                        "full releases on D and D + a canary person) or all of them")
+    k.add_argument("--unit", choices=["row", "person", "both"], default="both",
+                   help="release audit: the privacy unit(s) audited (default both)")
     k.add_argument("--runs", type=int, help="fresh runs per dataset (default: selection "
                    f"{mechanism.DEFAULT_RUNS['selection']}, counts "
-                   f"{mechanism.DEFAULT_RUNS['counts']}, pe-histogram and representatives "
-                   f"{mechanism.DEFAULT_RUNS['pe-histogram']})")
+                   f"{mechanism.DEFAULT_RUNS['counts']}, "
+                   f"{' and '.join(mechanism.GAUSSIAN_KINDS)} {mechanism.GAUSSIAN_RUNS})")
     k.add_argument("--calibration-runs", type=int, help="runs per dataset to choose the test "
                                                         "(default half of --runs, >= 100)")
     k.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon (default 1)")
@@ -115,7 +119,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ----- helpers -----------------------------------------------------------------------------
 
-def _private(path: str, schema: Schema, invalid: InvalidPolicy) -> list[dict[str, Any]]:
+def _rows(path: str, schema: Schema, invalid: InvalidPolicy) -> list[dict[str, Any]]:
+    """Rows of a data file, checked against the schema: private (members, real) or synthetic
+    alike - the audits read both in the enclave, by the release's own reader."""
     return read_private_rows(path, schema, invalid=invalid).priv_rows
 
 
@@ -149,13 +155,16 @@ def _artifact_epsilon(args: argparse.Namespace) -> tuple[float | None, float, di
     if not args.artifact:
         return None, 0.0, {"source": None}
     from selpe_audit.artifact.document import read_release, read_release_unverified
+    from selpe_audit.artifact.view import ReleaseView
 
+    # Only the ledger is read (the artifact's JSON Schema types it): the counts and the
+    # selection need not be well formed for this, so the view is read tolerantly.
     if args.trust:
         doc = read_release(args.artifact, args.trust).doc
     else:
         doc = read_release_unverified(args.artifact)
-    ledger = doc["ledger"]
-    return (float(ledger["total_epsilon"]), float(ledger["total_delta"]),
+    ledger = ReleaseView.parse(doc).ledger
+    return (float(ledger.total_epsilon), float(ledger.total_delta),
             {"source": str(Path(args.artifact)), "signature_verified": bool(args.trust)})
 
 
@@ -173,9 +182,9 @@ def _run_mia(args: argparse.Namespace) -> int:
         raise UserError("--max-targets must be at least 1")
     epsilon, delta, eps_source = _artifact_epsilon(args)
     schema = load_record_schema(args.schema)
-    syn = _private(args.synthetic, schema, "fail")
-    members = _private(args.members, schema, args.invalid_rows)
-    non_members = _private(args.non_members, schema, args.invalid_rows)
+    syn = _rows(args.synthetic, schema, "fail")
+    members = _rows(args.members, schema, args.invalid_rows)
+    non_members = _rows(args.non_members, schema, args.invalid_rows)
     n_mem, n_non = len(members), len(non_members)
     members = subsample(members, args.max_targets, args.seed)
     non_members = subsample(non_members, args.max_targets, args.seed + 1)
@@ -219,10 +228,19 @@ def _run_mechanism(args: argparse.Namespace) -> int:
     if not 0 < args.delta < 1:
         raise UserError("--delta must be in (0, 1)")
     schema = load_schema(demo_schema_path())  # public, fictional: mechanisms are data-blind
-    kinds = mechanism.KINDS if args.kind == "all" else (args.kind,)
+    kinds = (*mechanism.KINDS, "release") if args.kind == "all" else (args.kind,)
     console = Console(stderr=True, highlight=False)
     audits = []
     for kind in kinds:
+        if kind == "release":
+            for unit in ("row", "person") if args.unit == "both" else (args.unit,):
+                runs = args.runs or release_audit.DEFAULT_RUNS
+                a = release_audit.ReleaseAudit(epsilon=args.epsilon, unit=unit,
+                                               calibrate_to=args.calibrate_to)
+                with console.status(f"release ({unit} unit): {runs} full releases per "
+                                    "dataset"):
+                    audits.append(release_audit.audit_release(a, runs, args.calibration_runs))
+            continue
         runs = args.runs or mechanism.DEFAULT_RUNS[kind]
         if kind == "selection":
             nb = mechanism.selection_neighbours(schema, args.epsilon, args.candidates,
@@ -241,6 +259,7 @@ def _run_mechanism(args: argparse.Namespace) -> int:
         with console.status(f"{kind}: {runs} runs per dataset"):
             audits.append(mechanism.audit(nb, runs, args.calibration_runs))
     config = {"kinds": list(kinds), "epsilon": args.epsilon, "delta": args.delta,
+              "unit": args.unit,
               "calibrate_to": args.calibrate_to,
               "candidates": args.candidates, "field": args.field, "runs": args.runs,
               "calibration_runs": args.calibration_runs,
@@ -261,7 +280,7 @@ def _run_fidelity(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     schema = load_record_schema(args.schema)
     syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
-    real = _private(args.real, schema, args.invalid_rows)
+    real = _rows(args.real, schema, args.invalid_rows)
     result = fidelity.run_fidelity(schema, syn_table, real)
     inputs = {"synthetic": args.synthetic, "real": args.real, "schema": args.schema}
     report = _report("fidelity", inputs, {}, result, t0)
@@ -272,9 +291,9 @@ def _run_fidelity(args: argparse.Namespace) -> int:
 def _run_utility(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     schema = load_record_schema(args.schema)
-    syn = _private(args.synthetic, schema, "fail")
-    train = _private(args.real_train, schema, args.invalid_rows)
-    test = _private(args.real_test, schema, args.invalid_rows)
+    syn = _rows(args.synthetic, schema, "fail")
+    train = _rows(args.real_train, schema, args.invalid_rows)
+    test = _rows(args.real_test, schema, args.invalid_rows)
     embedder = load_embedder(args.embedder) if schema.by_kind("text") else None
     with Console(stderr=True, highlight=False).status("training and scoring"):
         result = utility.run_utility(schema, syn, train, test, embedder, args.seed)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import beta
 from sklearn.metrics import roc_auc_score, roc_curve
 
 CONFIDENCE = 0.95
+MU_Z = 2.576  # two-sided 99 %: a correct Gaussian is flagged by chance 1 time in 200
 
 
 def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -111,3 +113,16 @@ def quantiles(x: np.ndarray) -> dict[str, float]:
     """The DCR summary the MIA report shows: min, 5th percentile, median."""
     return {"min": float(np.min(x)), "p05": float(np.quantile(x, 0.05)),
             "median": float(np.median(x))}
+
+
+def mu_audit(y_d: np.ndarray, y_dp: np.ndarray, claimed_mu: float) -> dict[str, Any]:
+    """mu = (mean(D') - mean(D)) / sigma with its MU_Z interval (the standardised mean
+    difference's standard error, sqrt(2 / n + mu^2 / (4 n)) for n runs per dataset); FAIL
+    when the lower end exceeds ``claimed_mu``."""
+    n = min(len(y_d), len(y_dp))
+    sigma = math.sqrt((float(np.var(y_d, ddof=1)) + float(np.var(y_dp, ddof=1))) / 2)
+    mu = (float(np.mean(y_dp)) - float(np.mean(y_d))) / sigma if sigma > 0 else math.inf
+    se = math.sqrt(2 / n + mu ** 2 / (4 * n))
+    lo, hi = mu - MU_Z * se, mu + MU_Z * se
+    return {"mu_estimate": mu, "mu_ci99": [lo, hi], "claimed_mu": claimed_mu,
+            "noise_sigma_estimate": sigma, "runs_per_dataset": n, "passed": lo <= claimed_mu}

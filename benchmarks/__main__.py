@@ -61,6 +61,11 @@ def _triage(quick: bool) -> dict[str, Any]:
     return triage.run(quick)
 
 
+def _llama_builds(quick: bool) -> dict[str, Any]:
+    from benchmarks import llama_builds
+    return llama_builds.run(quick)
+
+
 def _selection_modes(quick: bool) -> dict[str, Any]:
     from benchmarks import selection_modes
     return selection_modes.run(quick)
@@ -75,6 +80,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "triage": ("python -m benchmarks.triage", _triage),
     "decode": ("python -m benchmarks.decode", _decode),
     "generation": ("python -m benchmarks.generation", _generation),
+    "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
 }
 
 

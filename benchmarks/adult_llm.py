@@ -39,8 +39,8 @@ from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from release.private_data import read_private_rows
 from selpe_audit.artifact.document import read_release
-from selpe_audit.schema import load_schema
 from selpe_audit.artifact.signing import generate_keypair
+from selpe_audit.schema import load_schema
 
 Row = dict[str, Any]
 N = 100  # LLM rows per epsilon (2N candidates): 5-15 minutes in all at 0.5-1.2 records/s

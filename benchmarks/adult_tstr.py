@@ -23,8 +23,8 @@ from audits.utility import run_utility
 from benchmarks.adult import counts_release, fmt, label, parse_epsilons, split_paths
 from decode.pipeline import DecodeSettings, run_decode
 from release.private_data import read_private_rows
-from selpe_audit.schema import load_schema
 from selpe_audit.artifact.signing import generate_keypair
+from selpe_audit.schema import load_schema
 
 
 def run(epsilons: list[float], quick: bool = False) -> dict[str, Any]:

@@ -50,8 +50,8 @@ def build_artifact(folder: Path, quick: bool) -> tuple[Path, Path]:
     """A pool-mode demo release (the benchmark may import release; decode may not)."""
     from release.config import load_config
     from release.pipeline import run_release
-    from selpe_audit.schema import demo_schema_path
     from selpe_audit.artifact.signing import generate_keypair
+    from selpe_audit.schema import demo_schema_path
 
     priv, pub, _ = generate_keypair(folder / "release.pem")
     pool = folder / "pool.jsonl"

@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.llm.generation import (
-    Decoder,
+    BatchEngine,
     GenerationConfig,
     GenerationStats,
     RecordGenerator,
@@ -70,7 +70,7 @@ def _decoder_run(llm: LLM, schema: Schema, cfg: GenerationConfig, prompt: list[i
     grammar = record_gbnf(schema, CLASS, leading_space=True) if constrained else None
     layout = RecordLayout(schema, CLASS) if fast_forward else None
     run_cfg = GenerationConfig(**{**cfg.__dict__, "fast_forward": fast_forward})
-    decoder = Decoder(llm, run_cfg, grammar, cfg.n_parallel, stats, layout)
+    decoder = BatchEngine(llm, run_cfg, grammar, cfg.n_parallel, stats, layout)
     cap = max_record_chars(schema) + 16
     left = list(range(n))
     valid = 0

@@ -27,10 +27,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from release.opendp_mechanisms import batch_noisy_max
 from release.private_data import read_private_rows
-from release.selection import batch_ids
+from release.selection.selpe import batch_ids
 from selpe_audit.demo.generator import generate_rows
-from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.kernel.distance import Features, Kernel, KernelConfig
+from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.schema import demo_schema_path, load_schema
 
 SAMPLE = demo_schema_path().parent / "ed_triage_sample.csv"

@@ -34,19 +34,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from audits.fidelity import _tvds
 from audits.utility import evaluate
+from release.config import SelectionConfig
 from release.opendp_mechanisms import zcdp_budget
-from release.selection import (
-    MODES,
-    PoolSource,
-    PrivateClasses,
-    SelectionConfig,
-    round_mechanism,
-    run_selection,
-)
+from release.selection import PoolSource, PrivateClasses, get, run_selection
+from selpe_audit.artifact.modes import mode_names
 from selpe_audit.demo.generator import generate_rows
-from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.kernel.distance import Features, Kernel, KernelConfig
+from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
+
+MODES = mode_names()  # the registered selection modes
 
 DELTA = 1e-6
 FULL = {"ns": [5, 10, 20, 50], "epsilons": [1.0, 2.0, 4.0], "reps": 1, "rounds": 5,
@@ -177,7 +174,7 @@ def cost(kernel: Kernel, n: int, m: int, pe_rows: int, repeats: int,
         setup, private = [], []
         for _ in range(reps):
             t0 = time.perf_counter()
-            measurement, _ = round_mechanism(cfg, kernel, pools, 1,
+            measurement, _ = get(mode).round(cfg, kernel, pools, 1,
                                              1.0 if mode == "selpe" else rho)
             t1 = time.perf_counter()
             measurement(priv)

@@ -38,6 +38,7 @@ from decode.writers import (
     check_records,
     check_writable,
     output_format,
+    valid_share,
     write_provenance,
     write_records,
 )
@@ -63,9 +64,10 @@ class RecordSource(Protocol):
     def generate(self, class_value: Any, start: int, total: int, on_record: Any) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodeSettings:
-    """What the user asked for; checked before anything is read."""
+    """What the user asked for, checked on construction: no invalid settings object exists,
+    and a bad value is a one-line `UserError` before anything is read."""
 
     n: int
     decoder: str = "llm"
@@ -78,7 +80,7 @@ class DecodeSettings:
     model: str | None = None
     gpu_layers: int = 0
 
-    def check(self) -> DecodeSettings:
+    def __post_init__(self) -> None:
         if self.n <= 0:
             raise UserError(f"--n must be a positive number of rows (got {self.n})")
         if self.decoder not in DECODERS:
@@ -89,7 +91,6 @@ class DecodeSettings:
             raise UserError("the SelectTop keep share must lie in (0, 1]")
         if self.seed < 0:
             raise UserError(f"--seed must be >= 0 (got {self.seed})")
-        return self
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,6 @@ class DecodeResult:
 def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out: Path,
                settings: DecodeSettings, console: Console | None = None) -> DecodeResult:
     con = console or Console(stderr=True, highlight=False)
-    settings.check()
     fmt = output_format(out)
     rel = read_release(artifact, list(trusted), require_approvals)
     released = released_view(rel)
@@ -195,7 +195,9 @@ def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out:
         doc = _provenance(rel, released, settings, decoder, embedder, p, chosen, cand)
         doc["output"] = {"path": out.name, "format": fmt, "rows": len(syn_rows), "sha256": sha}
         doc["validity"] = {"records_checked": checked, "records_valid": checked,
-                           "share_valid": 1.0, "generation_share_valid": decoder.validity}
+                           "share_valid": valid_share(
+                               [r for c in released.classes for r in cand[c]], released.schema),
+                           "generation_share_valid": decoder.validity}
         doc["generation"] = {"records_this_run": made, "resumed": ckpt.resumed,
                              "seconds": round(seconds, 3),
                              "records_per_s": round(made / seconds, 3) if seconds else None}

@@ -39,7 +39,9 @@ def artifact_kernel(released: Released, embedder: Embedder | None = None
     if not numeric_only.semantic_channels:
         return numeric_only, None
     if embedder is None:
-        from selpe_audit.kernel.embeddings import Embedder  # loads torch: only when a channel needs it
+        from selpe_audit.kernel.embeddings import (
+            Embedder,  # loads torch: only when a channel needs it
+        )
 
         embedder = Embedder()
     kernel = Kernel(released.schema, embedder, config)

@@ -54,6 +54,16 @@ def check_records(records: list[dict[str, Any]], schema: Schema) -> int:
     return len(records)
 
 
+def valid_share(records: list[dict[str, Any]], schema: Schema) -> float:
+    """The share of ``records`` that validate against the record schema (1.0 for none):
+    measured on the candidates before selection, so a decoder that emits invalid records
+    shows it even when selection happens to leave them out."""
+    if not records:
+        return 1.0
+    validator = schema.record_validator()
+    return sum(1 for r in records if validator.is_valid(r)) / len(records)
+
+
 def _frame(records: list[dict[str, Any]], schema: Schema) -> pl.DataFrame:
     types = {"integer": pl.Int64, "number": pl.Float64, "string": pl.String}
     columns = {f.name: types[f.json_type] for f in schema.record_fields}

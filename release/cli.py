@@ -9,12 +9,18 @@ from rich.table import Table
 
 from release.config import load_config
 from release.pipeline import run_release
+from selpe_audit.artifact.modes import mode_names, modes, or_list
 from selpe_audit.cli.command import Command
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="release TOML file (see examples/release.toml)")
-    p.add_argument("--data", help="private rows: .csv, .parquet or .jsonl")
+    p.add_argument("--data", help="private rows: .csv, .parquet or .jsonl, or a database "
+                                  "postgresql://user@host[:port]/db (password from PGPASSWORD "
+                                  "or PGPASSFILE, never here) with --query or --table")
+    p.add_argument("--query", help="with a database --data: the SELECT that returns the rows "
+                                   "(run once, read-only, in one repeatable-read snapshot)")
+    p.add_argument("--table", help="with a database --data: read schema.name whole")
     p.add_argument("--schema", help="dataset schema (JSON Schema with x-label, x-bins)")
     p.add_argument("--dataset", help="dataset name (the lifetime ledger is per dataset)")
     p.add_argument("--out", help="artifact folder to write (default out/release)")
@@ -33,12 +39,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invalid-rows", choices=["fail", "drop"],
                    help="what to do with rows that break the schema (default fail)")
     sel = p.add_argument_group("selection (SelPE)")
-    sel.add_argument("--selection", dest="selection_mode",
-                     choices=["selpe", "pe-histogram", "representatives"],
-                     help="selection mechanism: selpe (per-batch noisy max, pure epsilon-DP; "
-                          "default), pe-histogram (Private Evolution's Gaussian vote "
-                          "histogram) or representatives (SecPE's noisy cluster "
-                          "representatives); the Gaussian modes are (epsilon, delta)-DP")
+    sel.add_argument("--selection", dest="selection_mode", choices=list(mode_names()),
+                     help="selection mechanism: " + or_list(
+                         [f"{d.name} ({d.help})" for d in modes()])
+                     + "; the Gaussian modes are (epsilon, delta)-DP")
     sel.add_argument("--counts-share", type=float,
                      help="share of epsilon for noisy counts; the rest goes to selection "
                           "(default 0.5; 1 = counts only)")
@@ -54,13 +58,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
-        "data", "schema", "dataset", "out", "release_key", "epsilon", "delta",
+        "data", "query", "table", "schema", "dataset", "out", "release_key", "epsilon", "delta",
         "selection_mode", "unit", "id_field", "max_contributions", "lifetime_ledger",
         "lifetime_epsilon", "lifetime_delta", "invalid_rows",
         "candidates", "model", "gpu_layers", "rounds", "batches", "k")}
     if args.counts_share is not None:
         overrides.update(counts_share=args.counts_share, selection_share=1 - args.counts_share)
-    cfg = load_config(args.config, overrides).check()
+    cfg = load_config(args.config, overrides)
     console = Console(stderr=True, highlight=False)
     result = run_release(cfg, console)
     ledger = result.doc["ledger"]

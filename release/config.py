@@ -1,21 +1,29 @@
 """Release configuration: a TOML file plus CLI overrides, checked on construction.
 
+Frozen, keyword-only sections (budget, privacy unit, counts, selection) that refuse an
+invalid value with a one-line `UserError` when built, so no invalid config exists; the
+checks that need the dataset's schema are `ReleaseConfig.check`. Over 400 lines: the TOML
+reference below and every check's one-line message stay in one place for the steward.
+
 Example (``examples/release.toml``)::
 
     dataset = "ed_triage_demo"
-    data = "selpe_audit/data/ed_triage_sample.csv"
+    data = "selpe_audit/data/ed_triage_sample.csv"   # or postgresql://user@host/db with
+    # query = "SELECT ..."  or  table = "schema.name"  (the password: PGPASSWORD / PGPASSFILE)
     schema = "selpe_audit/data/ed_triage.schema.json"
     out = "out/release"
     release_key = "keys/release.pem"
+    # enclave_log = "out/enclave.log"  # invalid-row report, timings (default: beside out)
 
     [budget]
     epsilon = 2.0          # total for this release
     # delta = 1e-6         # only for the Gaussian selection modes (default 1e-6 there)
     counts = 0.5           # shares of epsilon; they must sum to 1
     selection = 0.5
-    lifetime_epsilon = 10.0
-    lifetime_delta = 1e-5                # caps the sum of the releases' deltas, too
-    lifetime_ledger = "enclave/ledger"   # a folder; one ledger file per dataset
+    lifetime_epsilon = 10.0   # caps of a new dataset's ledger (fixed there; an existing
+    lifetime_delta = 1e-5     # ledger's caps rise only by 'selpe-audit ledger raise')
+    # lifetime_ledger = "/abs/folder"  # default: $SELPE_AUDIT_LEDGER, else
+    #                  # /var/lib/selpe-audit/ledger, else ~/.local/share/selpe-audit/ledger
 
     [privacy_unit]
     unit = "person"        # or "row"
@@ -37,7 +45,8 @@ Example (``examples/release.toml``)::
     cells = ["arrival_mode"]
 
     [selection]
-    mode = "selpe"         # or "pe-histogram", "representatives" (Gaussian, need delta)
+    mode = "selpe"         # or "pe-histogram", "representatives" (Gaussian, need delta);
+                           # selpe_audit.artifact.modes lists every registered mode
     threshold = 1.0        # pe-histogram: drop candidates with noisy votes <= 1 noise scale
     anchors = 0            # representatives: k-means anchors per class (0: the round quota)
     radius = 0.5           # representatives: clip norm of a row's offset from its anchor
@@ -55,17 +64,20 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from release.selection import GAUSSIAN_MODES, MODES, SelectionConfig
+from release.database import DatabaseSource, is_database_url
+from release.enclave_log import check_log_path, default_log_path
+from release.ledger import DEFAULT_LIFETIME_DELTA as DEFAULT_LIFETIME_DELTA  # re-exported
+from release.ledger import DEFAULT_LIFETIME_EPSILON as DEFAULT_LIFETIME_EPSILON
+from release.ledger import ledger_folder
+from selpe_audit.artifact.modes import describe, modes, or_list
 from selpe_audit.errors import UserError
-from selpe_audit.schema import Schema
+from selpe_audit.schema import CohortRule, Schema
 
 DEFAULT_EPSILON = 2.0
-DEFAULT_LIFETIME_EPSILON = 10.0
-DEFAULT_LIFETIME_DELTA = 1e-5  # ten releases at the default delta
 DEFAULT_DELTA = 1e-6
 MAX_DELTA = 1e-3
 
@@ -88,55 +100,44 @@ class RateSpec:
     cells: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class ReleaseConfig:
-    dataset: str
-    data: Path
-    schema: Path
-    out: Path
-    release_key: Path
+@dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """[budget]: this release's epsilon (and delta) and the dataset's lifetime caps.
+
+    The lifetime caps (None: the ledger's stored caps, or the defaults for a new ledger)
+    can only lower what the dataset's ledger stores (`release.ledger`). The ledger folder
+    is made absolute on construction (None: the installation's `default_ledger_folder`).
+    """
+
     epsilon: float = DEFAULT_EPSILON
     delta: float | None = None
     counts_share: float = 0.5
     selection_share: float = 0.5
-    lifetime_epsilon: float = DEFAULT_LIFETIME_EPSILON
-    lifetime_delta: float = DEFAULT_LIFETIME_DELTA
-    lifetime_ledger: Path = Path("enclave/ledger")
-    unit: str = "row"
-    id_field: str | None = None
-    max_contributions: int = 1
-    gamma: float = 0.2
-    alpha: float = 0.2
-    n_min: int = 10
-    invalid_rows: str = "fail"
-    cohorts: tuple[Cohort, ...] = ()
-    rates: tuple[RateSpec, ...] = ()
-    rounds: int = 5
-    k: int = 3
-    batches: int = 5
-    q: float = 1.0
-    schedule: tuple[float, ...] | None = None
-    candidates: Path | None = None
-    model: str | None = None
-    gpu_layers: int = 0
-    generation_seed: int = 0
-    channels: str | None = None
-    selection_mode: str = "selpe"
-    threshold: float = 1.0
-    anchors: int = 0
-    radius: float = 0.5
-    dims: int = 16
+    lifetime_epsilon: float | None = None
+    lifetime_delta: float | None = None
+    lifetime_ledger: Path | None = None
 
-    @property
-    def gaussian_selection(self) -> bool:
-        return self.selection_share > 0 and self.selection_mode in GAUSSIAN_MODES
-
-    @property
-    def selection_delta(self) -> float:
-        """The delta the release spends: 0 unless a Gaussian selection mode runs."""
-        if not self.gaussian_selection:
-            return 0.0
-        return DEFAULT_DELTA if self.delta is None else self.delta
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise UserError("config: budget.epsilon must be a finite number > 0")
+        if self.delta is not None and not _probability(self.delta):
+            raise UserError("config: budget.delta must be a number in [0, 1)")
+        if self.lifetime_delta is not None and not _probability(self.lifetime_delta):
+            raise UserError("config: budget.lifetime_delta must be a number in [0, 1)")
+        shares = (self.counts_share, self.selection_share)
+        if any(s < 0 for s in shares) or not math.isclose(sum(shares), 1.0, abs_tol=1e-9):
+            raise UserError("config: budget.counts + budget.selection must sum to 1 "
+                            f"(got {self.counts_share} + {self.selection_share})")
+        if self.counts_share <= 0:
+            raise UserError("config: budget.counts must be > 0: the noisy counts (class "
+                            "balance, histograms) always run and need a share of epsilon")
+        if self.lifetime_epsilon is not None:
+            if not (math.isfinite(self.lifetime_epsilon) and self.lifetime_epsilon > 0):
+                raise UserError("config: budget.lifetime_epsilon must be a finite number > 0")
+            if self.epsilon > self.lifetime_epsilon:
+                raise UserError(f"config: budget.epsilon {self.epsilon} exceeds the lifetime "
+                                f"budget {self.lifetime_epsilon}")
+        object.__setattr__(self, "lifetime_ledger", ledger_folder(self.lifetime_ledger))
 
     @property
     def counts_epsilon(self) -> float:
@@ -146,96 +147,212 @@ class ReleaseConfig:
     def selection_epsilon(self) -> float:
         return self.epsilon * self.selection_share
 
-    def selection_config(self) -> SelectionConfig:
-        return SelectionConfig(self.rounds, self.k, self.batches, self.q, self.schedule,
-                               self.selection_mode, self.threshold, self.anchors, self.radius,
-                               self.dims)
 
-    def check(self, schema: Schema | None = None) -> ReleaseConfig:
-        """Raise a one-line `UserError` for anything invalid; return self for chaining."""
-        if not self.dataset.strip():
-            raise UserError("config: dataset must be a non-empty name")
-        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise UserError("config: budget.epsilon must be a finite number > 0")
-        if self.selection_mode not in MODES:
-            raise UserError(f"config: unknown selection mode '{self.selection_mode}'; choose "
-                            f"one of {', '.join(MODES)}")
-        self._check_delta()
-        shares = (self.counts_share, self.selection_share)
-        if any(s < 0 for s in shares) or not math.isclose(sum(shares), 1.0, abs_tol=1e-9):
-            raise UserError("config: budget.counts + budget.selection must sum to 1 "
-                            f"(got {self.counts_share} + {self.selection_share})")
-        if not (math.isfinite(self.lifetime_epsilon) and self.lifetime_epsilon > 0):
-            raise UserError("config: budget.lifetime_epsilon must be a finite number > 0")
-        if self.epsilon > self.lifetime_epsilon:
-            raise UserError(f"config: budget.epsilon {self.epsilon} exceeds the lifetime "
-                            f"budget {self.lifetime_epsilon}")
+@dataclass(frozen=True, kw_only=True)
+class PrivacyUnitConfig:
+    """[privacy_unit]: a row, or a person whose rows are bounded to max_contributions."""
+
+    unit: str = "row"
+    id_field: str | None = None
+    max_contributions: int = 1
+
+    def __post_init__(self) -> None:
         if self.unit not in ("row", "person"):
             raise UserError("config: privacy_unit.unit must be 'row' or 'person'")
         if self.max_contributions < 1:
             raise UserError("config: privacy_unit.max_contributions must be >= 1")
         if self.unit == "row" and self.max_contributions != 1:
             raise UserError("config: max_contributions applies to unit = 'person' only")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountsConfig:
+    """[counts], [[cohorts]] and [[rates]]: the noisy counts' plan inside their budget."""
+
+    gamma: float = 0.2
+    alpha: float = 0.2
+    n_min: int = 10
+    cohorts: tuple[Cohort, ...] = ()
+    rates: tuple[RateSpec, ...] = ()
+
+    def __post_init__(self) -> None:
         if not (0 <= self.gamma < 1 and 0 <= self.alpha < 1 and self.gamma + self.alpha < 1):
             raise UserError("config: counts.gamma and counts.alpha must be >= 0 with "
                             "gamma + alpha < 1 (the rest is for histograms)")
         if self.n_min < 0:
             raise UserError("config: counts.n_min must be >= 0")
-        if self.selection_share > 0:
-            try:
-                self.selection_config()
-            except ValueError as e:
-                raise UserError(f"config: {e}") from None
-        if self.invalid_rows not in ("fail", "drop"):
-            raise UserError("config: invalid_rows must be 'fail' or 'drop'")
+        if self.cohorts and self.gamma <= 0:
+            raise UserError("config: counts.gamma must be > 0 when [[cohorts]] are configured "
+                            "(or remove the cohorts)")
+        if self.rates and self.alpha <= 0:
+            raise UserError("config: counts.alpha must be > 0 when [[rates]] are configured "
+                            "(or remove the rates)")
         names = [c.name for c in self.cohorts]
         if len(set(names)) != len(names):
             raise UserError("config: cohort names must be unique")
-        if schema is not None:
-            self._check_against(schema)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelectionConfig:
+    """[selection]: the loop's T, K, b, q and schedule, the mode (see
+    `selpe_audit.artifact.modes`) and its settings, and where candidates come from."""
+
+    mode: str = "selpe"
+    rounds: int = 5       # T
+    k: int = 3            # K: candidates per quota slot
+    batches: int = 5      # b
+    q: float = 1.0        # quota growth: m_t = ceil(t q)
+    schedule: tuple[float, ...] | None = None  # shares of the selection budget per round
+    threshold: float = 1.0  # pe-histogram: votes <= threshold x noise scale are dropped
+    anchors: int = 0      # representatives: k-means anchors per class (0: the round's quota)
+    radius: float = 0.5   # representatives: clip norm R of a row's offset from its anchor
+    dims: int = 16        # representatives: dimensions of the public basis
+    candidates: Path | None = None  # a public JSONL pool instead of the LLM
+    model: str | None = None
+    gpu_layers: int = 0
+    seed: int = 0         # LLM sampling (public candidates), never DP noise
+    channels: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            describe(self.mode)
+        except ValueError as e:
+            raise UserError(f"config: {e}") from None
+        if self.rounds < 1 or self.k < 1 or self.batches < 1 or self.q <= 0:
+            raise UserError("config: selection: rounds, k, batches must be >= 1 and q > 0")
+        if not (math.isfinite(self.threshold) and self.threshold >= 0):
+            raise UserError("config: selection: threshold must be a number >= 0 (noise "
+                            "scales)")
+        if self.anchors < 0 or self.dims < 0:
+            raise UserError("config: selection: anchors and dims must be >= 0")
+        if not (math.isfinite(self.radius) and self.radius > 0):
+            raise UserError("config: selection: radius must be a number > 0")
+        if self.schedule is not None:
+            if len(self.schedule) != self.rounds or any(s <= 0 for s in self.schedule):
+                raise UserError("config: selection: schedule needs one positive share per "
+                                "round")
+            if not math.isclose(sum(self.schedule), 1.0, abs_tol=1e-9):
+                raise UserError("config: selection: schedule shares must sum to 1")
+
+    @property
+    def needs_delta(self) -> bool:
+        """The mode's rounds are zCDP, converted to (epsilon, delta)."""
+        return describe(self.mode).needs_delta
+
+    def quota(self, t: int) -> int:
+        return math.ceil(t * self.q)
+
+    def shares(self) -> list[float]:
+        return list(self.schedule or (1.0 / self.rounds,) * self.rounds)
+
+    def round_epsilons(self, epsilon: float) -> list[float]:
+        return [epsilon * s for s in self.shares()]
+
+    def n_anchors(self, quota: int) -> int:
+        return self.anchors or quota
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseConfig:
+    """The whole release, checked on construction; `check` adds the checks that need the
+    dataset's schema."""
+
+    dataset: str
+    data: Path | str  # a file, or a postgresql:// connection string (with query or table)
+    schema: Path
+    out: Path
+    release_key: Path
+    invalid_rows: str = "fail"
+    enclave_log: Path | None = None  # None: <out>/../enclave.log (never inside out)
+    query: str | None = None
+    table: str | None = None
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    privacy_unit: PrivacyUnitConfig = field(default_factory=PrivacyUnitConfig)
+    counts: CountsConfig = field(default_factory=CountsConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+
+    def __post_init__(self) -> None:
+        if not self.dataset.strip():
+            raise UserError("config: dataset must be a non-empty name")
+        if self.invalid_rows not in ("fail", "drop"):
+            raise UserError("config: invalid_rows must be 'fail' or 'drop'")
+        log = default_log_path(self.out) if self.enclave_log is None else self.enclave_log
+        check_log_path(log, self.out)
+        object.__setattr__(self, "enclave_log", Path(log).absolute())
+        if (self.query or self.table) and not is_database_url(str(self.data)):
+            raise UserError("config: query and table apply to a database source only "
+                            "(data = \"postgresql://user@host/db\")")
+        _ = self.source  # a database source checks itself (no password, one query or table)
+        self._check_delta()
+
+    @property
+    def source(self) -> Path | DatabaseSource:
+        """Where the private rows are: a file, or a database query."""
+        if is_database_url(str(self.data)):
+            return DatabaseSource(str(self.data), query=self.query, table=self.table)
+        return Path(self.data)
+
+    @property
+    def selects(self) -> bool:
+        """Whether the release spends any budget on selection."""
+        return self.budget.selection_share > 0
+
+    @property
+    def selection_delta(self) -> float:
+        """The delta the release spends: 0 unless a zCDP selection mode runs."""
+        if not (self.selects and self.selection.needs_delta):
+            return 0.0
+        return DEFAULT_DELTA if self.budget.delta is None else self.budget.delta
+
+    def check(self, schema: Schema) -> ReleaseConfig:
+        """The checks that need the schema (one-line `UserError`); return self."""
+        self._check_against(schema)
         return self
 
     def _check_delta(self) -> None:
         """budget.delta against the selection mode, and against budget.lifetime_delta."""
-        delta = self.delta
-        if delta is not None and not _probability(delta):
-            raise UserError("config: budget.delta must be a number in [0, 1)")
-        if not _probability(self.lifetime_delta):
-            raise UserError("config: budget.lifetime_delta must be a number in [0, 1)")
-        if self.selection_mode in GAUSSIAN_MODES:
+        delta, mode = self.budget.delta, self.selection.mode
+        if self.selection.needs_delta:
             if delta == 0:
-                raise UserError(f"config: selection mode '{self.selection_mode}' is Gaussian "
-                                "and needs budget.delta > 0 (leave it out for the default "
+                raise UserError(f"config: selection mode '{mode}' is Gaussian and needs "
+                                "budget.delta > 0 (leave it out for the default "
                                 f"{DEFAULT_DELTA:g})")
             if delta is not None and delta > MAX_DELTA:
                 raise UserError(f"config: budget.delta {delta:g} is above {MAX_DELTA:g}; keep "
                                 "it well below 1 / (number of privacy units)")
         elif delta:
-            raise UserError("config: budget.delta > 0 applies to the Gaussian selection modes "
-                            "(pe-histogram, representatives) only; selpe and the counts are "
+            zcdp = [d.name for d in modes() if d.needs_delta]
+            pure = [d.name for d in modes() if not d.needs_delta]
+            raise UserError(f"config: budget.delta > 0 applies to the Gaussian selection modes "
+                            f"({', '.join(zcdp)}) only; {or_list(pure)} and the counts are "
                             "pure epsilon-DP: set delta = 0 or leave it out")
-        if self.selection_delta > self.lifetime_delta:
+        cap = self.budget.lifetime_delta  # None: the ledger checks its stored cap
+        if cap is not None and self.selection_delta > cap:
             raise UserError(f"config: budget.delta {self.selection_delta:g} exceeds the "
-                            f"lifetime delta {self.lifetime_delta:g}; lower budget.delta or "
-                            "raise budget.lifetime_delta")
+                            f"lifetime delta {cap:g}; lower budget.delta or leave "
+                            "budget.lifetime_delta out")
 
     def _check_against(self, schema: Schema) -> None:
         known = set(schema.field_names)
-        if self.unit == "person":
-            idf = self.id_field or schema.id_field
+        unit = self.privacy_unit
+        if unit.unit == "person":
+            idf = unit.id_field or schema.id_field
             if idf is None:
                 raise UserError("config: unit = 'person' needs privacy_unit.id_field (or "
                                 "x-id in the schema)")
             if idf not in known:
                 raise UserError(f"config: privacy_unit.id_field names unknown field '{idf}'")
-        for c in self.cohorts:
-            for name, rule in c.where.items():
-                _check_rule(schema, f"cohort '{c.name}'", name, rule, known)
-        for a, b in itertools.combinations(self.cohorts, 2):
-            if _overlap(schema, a, b):
+        rules = []
+        for c in self.counts.cohorts:
+            try:
+                rules.append((c, CohortRule.parse(schema, c.where)))
+            except ValueError as e:
+                raise UserError(f"config: cohort '{c.name}': {e}") from None
+        for (a, rule_a), (b, rule_b) in itertools.combinations(rules, 2):
+            if rule_a.overlaps(rule_b):
                 raise UserError(f"config: cohorts '{a.name}' and '{b.name}' overlap; cohorts "
                                 "must be disjoint so their counts compose in parallel")
-        for r in self.rates:
+        for r in self.counts.rates:
             where = f"rate '{r.name}'"
             if r.outcome_field not in known:
                 raise UserError(f"config: {where} outcome names unknown field '{r.outcome_field}'")
@@ -250,42 +367,40 @@ class ReleaseConfig:
                                     f"fields ('{c}' is not)")
 
 
-def _check_rule(schema: Schema, where: str, name: str, rule: tuple, known: set[str]) -> None:
-    if name not in known:
-        raise UserError(f"config: {where} uses unknown field '{name}'")
-    f = schema.field(name)
-    if f.kind == "numeric":
-        if len(rule) != 2 or not all(isinstance(x, int | float) for x in rule) or rule[0] > rule[1]:
-            raise UserError(f"config: {where}: '{name}' needs a range [low, high]")
-    elif f.kind == "categorical":
-        if not rule or not set(rule) <= set(f.enum):
-            raise UserError(f"config: {where}: '{name}' must list values from its enum")
-    else:
-        raise UserError(f"config: {where}: '{name}' is free text or an id; cohorts use "
-                        "numeric or categorical fields")
-
-
-def _overlap(schema: Schema, a: Cohort, b: Cohort) -> bool:
-    """Two boxes over the public domain overlap unless some shared field separates them."""
-    for name in set(a.where) & set(b.where):
-        ra, rb = a.where[name], b.where[name]
-        if schema.field(name).kind == "numeric":
-            lo, hi = max(ra[0], rb[0]), min(ra[1], rb[1])
-            if schema.field(name).is_integer:
-                lo = math.ceil(lo)
-            if lo > hi:
-                return False
-        elif not set(ra) & set(rb):
-            return False
-    return True
-
-
 def _probability(x: Any) -> bool:
     return isinstance(x, int | float) and 0 <= x < 1
 
 
+#: TOML table -> {TOML key: (config section, field)}; the field name is also the key of
+#: a CLI override, except where OVERRIDES renames it.
+_SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
+    "budget": {k: ("budget", f) for k, f in (
+        ("epsilon", "epsilon"), ("delta", "delta"), ("counts", "counts_share"),
+        ("selection", "selection_share"), ("lifetime_epsilon", "lifetime_epsilon"),
+        ("lifetime_delta", "lifetime_delta"), ("lifetime_ledger", "lifetime_ledger"))},
+    "privacy_unit": {k: ("privacy_unit", k) for k in ("unit", "id_field", "max_contributions")},
+    "counts": {k: ("counts", k) for k in ("gamma", "alpha", "n_min")},
+    "selection": {k: ("selection", k) for k in (
+        "mode", "rounds", "k", "batches", "q", "schedule", "candidates", "model", "gpu_layers",
+        "seed", "channels", "threshold", "anchors", "radius", "dims")},
+}
+_TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows", "query", "table",
+        "enclave_log"}
+#: CLI override keys (flat, as `release.cli` passes them) -> (config section, field)
+OVERRIDES: dict[str, tuple[str, str]] = {
+    **{f: (s, f) for table in _SECTIONS.values() for s, f in table.values()},
+    "selection_mode": ("selection", "mode"), "generation_seed": ("selection", "seed"),
+    "cohorts": ("counts", "cohorts"), "rates": ("counts", "rates"),
+}
+_PATHS = {"data", "schema", "out", "release_key", "lifetime_ledger", "candidates",
+          "enclave_log"}
+_SECTION_TYPES = {"budget": BudgetConfig, "privacy_unit": PrivacyUnitConfig,
+                  "counts": CountsConfig, "selection": SelectionConfig}
+
+
 def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseConfig:
-    """TOML (optional) first, then non-None CLI overrides; relative paths are kept as given."""
+    """TOML (optional) first, then non-None CLI overrides (flat keys: ``epsilon``,
+    ``selection_mode``...); relative paths are kept as given. Checked on construction."""
     raw: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -295,61 +410,67 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
             raise UserError(f"{p}: config file not found") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"{p}: not valid TOML ({e})") from None
-    flat = _flatten(raw, str(path or "config"))
-    flat.update({k: v for k, v in overrides.items() if v is not None})
+    top, sections = _read_tables(raw, str(path or "config"))
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key in _TOP:
+            top[key] = value
+        elif key in OVERRIDES:
+            section, name = OVERRIDES[key]
+            sections[section][name] = value
+        else:
+            raise UserError(f"config: unknown setting '{key}'")
     for needed in ("data", "schema"):
-        if needed not in flat:
+        if needed not in top:
             raise UserError(f"config: '{needed}' is required (in the TOML file or as --{needed})")
-    flat.setdefault("dataset", Path(flat["data"]).stem)
-    flat.setdefault("out", "out/release")
-    if "release_key" not in flat:
+    if "dataset" not in top:
+        if not is_database_url(str(top["data"])):
+            top["dataset"] = Path(top["data"]).stem
+        elif top.get("table"):
+            top["dataset"] = str(top["table"]).rsplit(".", 1)[-1]
+        else:
+            raise UserError("config: name the dataset (--dataset or dataset = ...) when the "
+                            "rows come from a database query; the lifetime ledger is per "
+                            "dataset")
+    top.setdefault("out", "out/release")
+    if "release_key" not in top:
         raise UserError("config: 'release_key' is required (TOML release_key or --key); make "
                         "one with 'selpe-audit keygen keys/release.pem'")
-    if "schedule" in flat:
-        flat["schedule"] = tuple(flat["schedule"])
-    for k in ("data", "schema", "out", "release_key", "lifetime_ledger", "candidates"):
-        if k in flat:
-            flat[k] = Path(flat[k])
+    sel = sections["selection"]
+    if "schedule" in sel:
+        sel["schedule"] = tuple(sel["schedule"])
+    for values in (top, *sections.values()):
+        for k in _PATHS & values.keys():
+            if not (k == "data" and is_database_url(str(values[k]))):
+                values[k] = Path(values[k])
     try:
-        return ReleaseConfig(**flat)
+        return ReleaseConfig(**top, **{name: _SECTION_TYPES[name](**values)
+                                       for name, values in sections.items()})
     except TypeError as e:
         raise UserError(f"config: {e}") from None
 
 
-_SECTIONS = {
-    "budget": {"epsilon": "epsilon", "delta": "delta", "counts": "counts_share",
-               "selection": "selection_share", "lifetime_epsilon": "lifetime_epsilon",
-               "lifetime_delta": "lifetime_delta", "lifetime_ledger": "lifetime_ledger"},
-    "privacy_unit": {"unit": "unit", "id_field": "id_field",
-                     "max_contributions": "max_contributions"},
-    "counts": {"gamma": "gamma", "alpha": "alpha", "n_min": "n_min"},
-    "selection": {"rounds": "rounds", "k": "k", "batches": "batches", "q": "q",
-                  "schedule": "schedule", "candidates": "candidates", "model": "model",
-                  "gpu_layers": "gpu_layers", "seed": "generation_seed",
-                  "channels": "channels", "mode": "selection_mode", "threshold": "threshold",
-                  "anchors": "anchors", "radius": "radius", "dims": "dims"},
-}
-_TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows"}
-
-
-def _flatten(raw: dict[str, Any], src: str) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
+def _read_tables(raw: dict[str, Any], src: str) -> tuple[dict[str, Any], dict[str, dict]]:
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTION_TYPES}
     for key, value in raw.items():
         if key in _TOP:
-            flat[key] = value
+            top[key] = value
         elif key in _SECTIONS and isinstance(value, dict):
             for k, v in value.items():
                 if k not in _SECTIONS[key]:
                     raise UserError(f"{src}: unknown setting '{key}.{k}'; known: "
                                     f"{sorted(_SECTIONS[key])}")
-                flat[_SECTIONS[key][k]] = v
+                section, name = _SECTIONS[key][k]
+                sections[section][name] = v
         elif key == "cohorts" and isinstance(value, list):
-            flat["cohorts"] = tuple(_cohort(c, src) for c in value)
+            sections["counts"]["cohorts"] = tuple(_cohort(c, src) for c in value)
         elif key == "rates" and isinstance(value, list):
-            flat["rates"] = tuple(_rate(r, src) for r in value)
+            sections["counts"]["rates"] = tuple(_rate(r, src) for r in value)
         else:
             raise UserError(f"{src}: unknown setting '{key}'")
-    return flat
+    return top, sections
 
 
 def _cohort(c: Any, src: str) -> Cohort:

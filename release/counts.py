@@ -16,7 +16,7 @@ import polars as pl
 
 from release.config import Cohort, RateSpec, ReleaseConfig
 from release.opendp_mechanisms import COUNT_COLUMN, CountQuery, CountsRelease, NoisyCounts
-from selpe_audit.schema import Field, Schema
+from selpe_audit.schema import CohortRule, Field, Schema
 
 CLASS_COL = "__class"
 COHORT_COL = "__cohort"
@@ -52,12 +52,7 @@ def cohort_expr(schema: Schema, cohorts: tuple[Cohort, ...]) -> pl.Expr:
     """Index of the (disjoint) cohort a row falls in; len(cohorts) means '(other)'."""
     expr: Any = pl.lit(len(cohorts), dtype=CODE)
     for i, c in reversed(list(enumerate(cohorts))):
-        cond = pl.lit(True)
-        for name, rule in c.where.items():
-            if schema.field(name).kind == "numeric":
-                cond = cond & pl.col(name).is_between(rule[0], rule[1], closed="both")
-            else:
-                cond = cond & pl.col(name).is_in(list(rule))
+        cond = CohortRule.parse(schema, c.where).condition()
         expr = pl.when(cond).then(pl.lit(i, dtype=CODE)).otherwise(expr)
     return expr
 
@@ -66,8 +61,9 @@ def derive_frame(priv_rows: list[dict[str, Any]], schema: Schema, cfg: ReleaseCo
                  unit_id: str | None) -> pl.LazyFrame:
     """Private rows reduced to public-key codes, computed row by row (1-stable).
 
-    The person id (if any) is kept only as a 64-bit hash: OpenDP groups by it to bound each
-    person's rows, and nothing downstream needs the id itself.
+    The person id (if any) is kept as itself, as text (injective, unlike a 64-bit hash, whose
+    collisions would merge two people into one unit and break the per-person bound):
+    OpenDP groups by it to bound each person's rows, and nothing else reads it.
     """
     frame = pl.DataFrame(priv_rows, schema_overrides=_polars_types(schema),
                          infer_schema_length=None).lazy()
@@ -75,13 +71,13 @@ def derive_frame(priv_rows: list[dict[str, Any]], schema: Schema, cfg: ReleaseCo
                                                 return_dtype=CODE).alias(CLASS_COL)]
     cols += [key_expr(f).alias(key_col(f.name))
              for f in schema.record_fields if f.kind in ("categorical", "numeric")]
-    if cfg.cohorts:
-        cols.append(cohort_expr(schema, cfg.cohorts).alias(COHORT_COL))
-    for i, r in enumerate(cfg.rates):
+    if cfg.counts.cohorts:
+        cols.append(cohort_expr(schema, cfg.counts.cohorts).alias(COHORT_COL))
+    for i, r in enumerate(cfg.counts.rates):
         cols.append(pl.col(r.outcome_field).is_in(list(r.outcome_values)).cast(CODE)
                     .alias(f"{OUTCOME_COL}{i}"))
     if unit_id:
-        cols.append(pl.col(unit_id).cast(pl.String).hash(seed=0).alias(UNIT_COL))
+        cols.append(pl.col(unit_id).cast(pl.String).alias(UNIT_COL))
     return frame.select(cols)
 
 
@@ -101,9 +97,9 @@ def _keys(columns: dict[str, int]) -> pl.DataFrame:
 
 def plan_queries(schema: Schema, cfg: ReleaseConfig) -> list[CountQuery]:
     """The fixed, data-independent workload of count queries and their epsilons."""
-    eps_c = cfg.counts_epsilon
-    gamma = cfg.gamma if cfg.cohorts else 0.0
-    alpha = cfg.alpha if cfg.rates else 0.0
+    eps_c = cfg.budget.counts_epsilon
+    gamma = cfg.counts.gamma if cfg.counts.cohorts else 0.0
+    alpha = cfg.counts.alpha if cfg.counts.rates else 0.0
     fields = [f for f in schema.record_fields if f.kind in ("categorical", "numeric")
               and f.name != schema.label]
     eps_hist = eps_c * (1 - gamma - alpha) / (1 + len(fields))
@@ -117,17 +113,18 @@ def plan_queries(schema: Schema, cfg: ReleaseConfig) -> list[CountQuery]:
             _keys({CLASS_COL: classes, key_col(f.name): len(public_values(f))}), eps_hist,
             f"all rows; class x {'category' if f.kind == 'categorical' else 'bin'} of "
             f"{f.name}", "sequential across fields; parallel across classes and bins"))
-    if cfg.cohorts:
+    if cfg.counts.cohorts:
         queries.append(CountQuery(
             "counts/cohorts", (COHORT_COL, CLASS_COL),
-            _keys({COHORT_COL: len(cfg.cohorts) + 1, CLASS_COL: classes}), eps_c * gamma,
+            _keys({COHORT_COL: len(cfg.counts.cohorts) + 1, CLASS_COL: classes}), eps_c * gamma,
             "all rows; cohort x class", "parallel across disjoint cohorts and classes"))
-    for i, r in enumerate(cfg.rates):
+    for i, r in enumerate(cfg.counts.rates):
         cells = {key_col(c): len(public_values(schema.field(c))) for c in r.cells}
         queries.append(CountQuery(
             f"counts/rates/{i}", (*cells, f"{OUTCOME_COL}{i}"),
             _keys({**cells, f"{OUTCOME_COL}{i}": 2}),
-            eps_c * alpha / len(cfg.rates), f"all rows; cells of {', '.join(r.cells)} x outcome",
+            eps_c * alpha / len(cfg.counts.rates),
+            f"all rows; cells of {', '.join(r.cells)} x outcome",
             "parallel across cells; the two counts per cell are disjoint rows"))
     return queries
 
@@ -174,10 +171,10 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, release: CountsRelease) -
             "dp_counts_by_class": [[look[(k, j)] for j in range(len(values))]
                                    for k in range(len(classes))],
         }
-    if cfg.cohorts:
+    if cfg.counts.cohorts:
         look = _lookup(res["counts/cohorts"])
         cohorts = []
-        for i, c in enumerate([*cfg.cohorts, None]):
+        for i, c in enumerate([*cfg.counts.cohorts, None]):
             name = c.name if c else OTHER_COHORT
             per_class = [look[(i, k)] for k in range(len(classes))]
             cohorts.append({
@@ -189,9 +186,9 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, release: CountsRelease) -
             })
         out["cohorts"] = {"mechanism_id": "counts/cohorts", "classes": classes,
                           "cohorts": cohorts}
-    if cfg.rates:
+    if cfg.counts.rates:
         out["rates"] = [_rate_block(schema, cfg, i, r, res[f"counts/rates/{i}"])
-                        for i, r in enumerate(cfg.rates)]
+                        for i, r in enumerate(cfg.counts.rates)]
     return out
 
 
@@ -204,11 +201,11 @@ def _rate_block(schema: Schema, cfg: ReleaseConfig, i: int, r: RateSpec,
         combo = [v[j] for v, j in zip(values, codes, strict=True)]
         n_yes, n_no = look[(*codes, 1)], look[(*codes, 0)]
         n_cell = n_yes + n_no
-        suppressed = n_cell < cfg.n_min or n_cell <= 0
+        suppressed = n_cell < cfg.counts.n_min or n_cell <= 0
         rate = None if suppressed else min(1.0, max(0.0, n_yes / n_cell))
         cells.append({"cell": dict(zip(r.cells, combo, strict=True)), "dp_n_outcome": n_yes,
                       "dp_n_other": n_no, "post_n_cell": n_cell, "post_rate": rate,
                       "suppressed": suppressed})
     return {"mechanism_id": f"counts/rates/{i}", "name": r.name,
             "outcome": {"field": r.outcome_field, "values": list(r.outcome_values)},
-            "cells_by": list(r.cells), "n_min": cfg.n_min, "cells": cells}
+            "cells_by": list(r.cells), "n_min": cfg.counts.n_min, "cells": cells}

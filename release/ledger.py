@@ -1,23 +1,35 @@
 """The privacy ledger of one release, and the lifetime ledger of a dataset.
 
-The lifetime ledger is a JSON file per dataset inside the enclave. A release reserves its
-epsilon and delta (releases compose basically: both add up) under an exclusive file lock
-*before* reading any private row, so two releases
-started at once cannot both pass the check. A reservation is finalised as ``released`` or,
-when the release stopped before any DP mechanism ran, ``aborted`` (its epsilon is given
-back). A crash leaves ``reserved``, which keeps counting: the conservative choice. Ledgers
-written before deltas were recorded count their releases as delta 0, which they were.
+The lifetime ledger is a JSON file per dataset inside the enclave, in one absolute folder
+per installation (`default_ledger_folder`; the enclave image fixes it). A release reserves
+its epsilon and delta (releases compose basically: both add up) under an exclusive file
+lock *before* reading any private row, so two releases started at once cannot both pass
+the check. A reservation is finalised as ``released`` or, when the release stopped before
+any DP mechanism ran, ``aborted`` (its epsilon is given back). A crash leaves ``reserved``,
+which keeps counting: the conservative choice. Ledgers written before deltas were recorded
+count their releases as delta 0, which they were.
+
+The caps (lifetime epsilon and delta) are written when a dataset's ledger is created and
+only `LifetimeLedger.raise_caps` (the ``selpe-audit ledger raise`` command, which records
+who, when and why) changes them: a release's settings can lower its own cap, never raise
+the stored one. A dataset is its name plus the fingerprints of the data released under it
+(a keyed hash over the canonical rows; the key lives in the ledger folder), indexed in
+the folder, so the same rows under another name are refused.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import json
+import math
 import os
 import re
+import secrets
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,102 +65,372 @@ def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: s
             "total_delta": total_delta, "accountant": accountant}
 
 
+LEDGER_ENV = "SELPE_AUDIT_LEDGER"  # the installation's ledger folder (absolute)
+FIXED_ENV = "SELPE_AUDIT_LEDGER_FIXED"  # "1": no setting may point a release elsewhere
+SYSTEM_LEDGER = Path("/var/lib/selpe-audit/ledger")
+DEFAULT_LIFETIME_EPSILON = 10.0
+DEFAULT_LIFETIME_DELTA = 1e-5  # ten releases at the default delta
+LEDGER_FORMAT = "selpe-audit/lifetime-ledger"
+_FINGERPRINT_DOMAIN = b"selpe-audit/dataset-fingerprint/1\0"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _safe_name(dataset: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", dataset) or "dataset"
 
 
-class LifetimeLedger:
-    """Per-dataset record of every release's (epsilon, delta), guarded by an exclusive lock."""
+def ledger_is_fixed() -> bool:
+    """Whether the installation (the enclave image) forbids any other ledger folder."""
+    return os.environ.get(FIXED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
-    def __init__(self, folder: Path, dataset: str, lifetime_epsilon: float,
-                 lifetime_delta: float = 0.0) -> None:
+
+def default_ledger_folder() -> Path:
+    """One absolute folder per installation, whatever the working directory.
+
+    ``$SELPE_AUDIT_LEDGER`` if set (the image sets it); else the system folder if it exists
+    or can be created (an existing one is used even when this user cannot write it, so a
+    second user cannot start a fresh budget by falling back); else the user's data folder.
+    """
+    env = os.environ.get(LEDGER_ENV, "").strip()
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_absolute():
+            raise UserError(f"{LEDGER_ENV} must be an absolute folder path")
+        return path
+    if SYSTEM_LEDGER.exists() or _can_create(SYSTEM_LEDGER):
+        return SYSTEM_LEDGER
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "selpe-audit" / "ledger"
+
+
+def _can_create(folder: Path) -> bool:
+    parent = next((p for p in folder.parents if p.exists()), None)
+    return parent is not None and parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+
+
+def ledger_folder(configured: str | Path | None) -> Path:
+    """The folder a release charges: the configured one (made absolute) or the default.
+
+    Where the installation fixes the folder (``SELPE_AUDIT_LEDGER_FIXED=1``), a configured
+    folder other than the fixed one is refused: another folder would be a fresh budget.
+    """
+    default = default_ledger_folder()
+    if configured is None or str(configured) == "":
+        return default
+    chosen = Path(configured).expanduser().absolute()
+    if ledger_is_fixed() and os.path.realpath(chosen) != os.path.realpath(default):
+        raise UserError(f"config: this installation fixes the lifetime ledger folder "
+                        f"({FIXED_ENV}); remove budget.lifetime_ledger / --lifetime-ledger")
+    return default if ledger_is_fixed() else chosen
+
+
+@contextmanager
+def _flock(lock_path: Path, what: str, timeout_s: float = 60.0) -> Iterator[None]:
+    """An exclusive lock on ``lock_path`` (created 0600), waiting up to ``timeout_s``."""
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as e:
+        raise UserError(f"{lock_path.parent}: cannot use the lifetime ledger folder "
+                        f"({e.strerror})") from None
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise UserError(f"{lock_path}: another process holds the {what} lock; "
+                                    "wait for it to finish") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    atomic_write_bytes(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n")
+                       .encode("utf-8"), mode=0o600)
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        assert isinstance(doc, dict)
+    except (json.JSONDecodeError, AssertionError, UnicodeDecodeError):
+        raise UserError(f"{path}: {what} is corrupt; restore it from backup (it must never be "
+                        "deleted to make room for a release)") from None
+    return doc
+
+
+def data_fingerprint(key: bytes, priv_rows: Iterable[Mapping[str, Any]]) -> str:
+    """A keyed hash of the multiset of canonical rows: order of rows and columns does not
+    matter; without the key it says nothing about the rows. Per-row digests stay in memory."""
+    digests = sorted(hashlib.sha256(json.dumps(dict(r), sort_keys=True, ensure_ascii=False,
+                                               separators=(",", ":"), default=str)
+                                    .encode("utf-8")).digest() for r in priv_rows)
+    mac = hmac.new(key, _FINGERPRINT_DOMAIN, hashlib.sha256)
+    for d in digests:
+        mac.update(d)
+    return mac.hexdigest()
+
+
+class LedgerFolder:
+    """The installation's ledger folder: a random ledger id (what artifacts name), the
+    fingerprint key, and the index from data fingerprints to dataset names."""
+
+    ID_FILE = "ledger-id.json"
+    KEY_FILE = "fingerprint.key"
+    INDEX_FILE = "fingerprints.json"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def _locked(self) -> Any:
+        return _flock(self.path / ".folder.lock", "ledger folder")
+
+    def ledger_id(self) -> str:
+        """16 hex digits, random, made once per folder: names the ledger, reveals no path."""
+        with self._locked():
+            p = self.path / self.ID_FILE
+            meta = _read_json(p, "ledger id file")
+            if meta is None or not re.fullmatch(r"[0-9a-f]{16}", str(meta.get("ledger_id"))):
+                if meta is not None:
+                    raise UserError(f"{p}: ledger id file is corrupt; restore it from backup")
+                meta = {"ledger_id": secrets.token_hex(8), "created": _now()}
+                _write_json(p, meta)
+            return str(meta["ledger_id"])
+
+    def fingerprint(self, priv_rows: Iterable[Mapping[str, Any]]) -> str:
+        with self._locked():
+            p = self.path / self.KEY_FILE
+            if p.exists():
+                text = p.read_text(encoding="ascii", errors="replace").strip()
+                if not re.fullmatch(r"[0-9a-f]{64}", text):
+                    raise UserError(f"{p}: fingerprint key is corrupt; restore it from backup")
+                key = bytes.fromhex(text)
+            else:
+                key = secrets.token_bytes(32)
+                atomic_write_bytes(p, (key.hex() + "\n").encode("ascii"), mode=0o600)
+        return data_fingerprint(key, priv_rows)
+
+    def claim(self, fingerprint: str, dataset: str) -> None:
+        """Record that these rows belong to ``dataset``; refuse if another dataset has them."""
+        with self._locked():
+            p = self.path / self.INDEX_FILE
+            index = _read_json(p, "fingerprint index") or {}
+            owner = index.setdefault("fingerprints", {}).get(fingerprint)
+            if owner is not None and owner != dataset:
+                raise UserError(
+                    f"these rows were released before as dataset '{owner}' (lifetime ledger "
+                    f"{self.path / (_safe_name(owner) + '.ledger.json')}); release them with "
+                    f"--dataset {owner} so they are charged to its budget; no DP mechanism ran")
+            if owner is None:
+                index["fingerprints"][fingerprint] = dataset
+                _write_json(p, index)
+
+    def datasets(self) -> list[str]:
+        """Names of the datasets with a ledger in this folder."""
+        names = []
+        for p in sorted(self.path.glob("*.ledger.json")):
+            doc = _read_json(p, "lifetime ledger")
+            names.append(str((doc or {}).get("dataset", p.name.removesuffix(".ledger.json"))))
+        return names
+
+
+class LifetimeLedger:
+    """Per-dataset record of every release's (epsilon, delta) and the dataset's caps, under
+    an exclusive lock. ``lifetime_epsilon``/``lifetime_delta`` are this release's settings:
+    the caps of a new ledger, at most the stored caps of an existing one (None: the stored
+    caps, or the defaults for a new ledger)."""
+
+    def __init__(self, folder: str | Path, dataset: str, lifetime_epsilon: float | None = None,
+                 lifetime_delta: float | None = None) -> None:
+        self.folder = LedgerFolder(folder)
         self.path = Path(folder) / f"{_safe_name(dataset)}.ledger.json"
         self.lock_path = self.path.with_suffix(".lock")
         self.dataset = dataset
         self.lifetime_epsilon = lifetime_epsilon
         self.lifetime_delta = lifetime_delta
 
-    @contextmanager
-    def _locked(self, timeout_s: float = 60.0) -> Iterator[None]:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
-        except OSError as e:
-            raise UserError(f"{self.path.parent}: cannot use the lifetime ledger folder "
-                            f"({e.strerror})") from None
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise UserError(f"{self.lock_path}: another release holds the lifetime "
-                                        "ledger lock; wait for it to finish") from None
-                    time.sleep(0.05)
-            yield
-        finally:
-            os.close(fd)
+    def _locked(self) -> Any:
+        return _flock(self.lock_path, "lifetime ledger")
 
-    def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
-            return {"dataset": self.dataset, "releases": []}
-        try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
-            assert isinstance(doc.get("releases"), list)
-        except (json.JSONDecodeError, AssertionError, UnicodeDecodeError):
+    def _read(self) -> dict[str, Any] | None:
+        doc = _read_json(self.path, "lifetime ledger")
+        if doc is None:
+            return None
+        if not isinstance(doc.get("releases"), list):
             raise UserError(f"{self.path}: lifetime ledger is corrupt; restore it from backup "
-                            "(it must never be deleted to make room for a release)") from None
+                            "(it must never be deleted to make room for a release)")
+        if doc.get("dataset", self.dataset) != self.dataset:
+            raise UserError(f"{self.path}: this ledger file belongs to dataset "
+                            f"'{doc['dataset']}'; choose a dataset name that differs in its "
+                            "letters, digits, '.', '_' or '-'")
         return doc
 
+    def _new(self) -> dict[str, Any]:
+        eps = DEFAULT_LIFETIME_EPSILON if self.lifetime_epsilon is None else self.lifetime_epsilon
+        delta = DEFAULT_LIFETIME_DELTA if self.lifetime_delta is None else self.lifetime_delta
+        return {"format": LEDGER_FORMAT, "dataset": self.dataset, "created": _now(),
+                "lifetime_epsilon": eps, "lifetime_delta": delta, "releases": [], "raises": []}
+
     def _write(self, doc: dict[str, Any]) -> None:
-        atomic_write_bytes(self.path, (json.dumps(doc, indent=2, sort_keys=True) + "\n")
-                           .encode("utf-8"), mode=0o600)
+        _write_json(self.path, doc)
+
+    def exists(self) -> bool:
+        return self.path.exists()
 
     def spent(self) -> tuple[float, float]:
         """(epsilon, delta) committed: every release not aborted, reserved ones included."""
-        return _committed(self._read())
+        return _committed(self._read() or self._new())
+
+    def caps(self) -> tuple[float, float]:
+        """The stored (lifetime epsilon, lifetime delta); a new ledger's would-be caps."""
+        return _caps(self._read() or self._new())
+
+    def _effective_caps(self, doc: dict[str, Any]) -> tuple[float, float]:
+        """The stored caps, lowered (never raised) by this release's settings."""
+        out = []
+        for asked, stored, what in zip((self.lifetime_epsilon, self.lifetime_delta),
+                                       _caps(doc), ("epsilon", "delta"), strict=True):
+            if asked is not None and asked > stored * (1 + 1e-12):
+                raise UserError(
+                    f"dataset '{self.dataset}': its lifetime {what} {stored:g} is fixed in its "
+                    f"ledger and a release cannot raise it (asked {asked:g}); use 'selpe-audit "
+                    f"ledger raise --dataset {self.dataset}' or leave lifetime_{what} out; "
+                    "no data was read")
+            out.append(stored if asked is None else min(asked, stored))
+        return out[0], out[1]
 
     def reserve(self, epsilon: float, delta: float = 0.0, note: str = "") -> str:
         """Reserve (epsilon, delta) for a new release, or refuse if the lifetime budget would
-        be exceeded."""
+        be exceeded; the first reservation creates the ledger and fixes its caps."""
         with self._locked():
-            doc = self._read()
+            doc = self._read() or self._new()
+            cap_eps, cap_delta = self._effective_caps(doc)
             spent_eps, spent_delta = _committed(doc)
-            if spent_eps + epsilon > self.lifetime_epsilon + 1e-12:
+            if spent_eps + epsilon > cap_eps + 1e-12:
+                lowered = (f", lowered by this release's lifetime_epsilon from "
+                           f"{_caps(doc)[0]:g}" if cap_eps < _caps(doc)[0] else "")
                 raise UserError(
                     f"lifetime budget for dataset '{self.dataset}' would be exceeded: "
-                    f"{spent_eps:g} spent + {epsilon:g} requested > {self.lifetime_epsilon:g} "
+                    f"{spent_eps:g} spent + {epsilon:g} requested > {cap_eps:g}{lowered} "
                     f"(ledger {self.path}); no data was read")
-            if delta and spent_delta + delta > self.lifetime_delta * (1 + 1e-9):
+            if delta and spent_delta + delta > cap_delta * (1 + 1e-9):
                 raise UserError(
                     f"lifetime delta for dataset '{self.dataset}' would be exceeded: "
-                    f"{spent_delta:g} spent + {delta:g} requested > {self.lifetime_delta:g} "
+                    f"{spent_delta:g} spent + {delta:g} requested > {cap_delta:g} "
                     f"(ledger {self.path}); no data was read")
             rid = uuid.uuid4().hex[:12]
-            entry = {"id": rid, "epsilon": epsilon, "status": "reserved",
-                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": note}
+            entry = {"id": rid, "epsilon": epsilon, "status": "reserved", "started": _now(),
+                     "note": note}
             if delta:
                 entry["delta"] = delta
             doc["releases"].append(entry)
-            doc["lifetime_epsilon"] = self.lifetime_epsilon
-            doc["lifetime_delta"] = self.lifetime_delta
             self._write(doc)
             return rid
+
+    def bind_data(self, rid: str, priv_rows: Iterable[Mapping[str, Any]]) -> str:
+        """After reading, before any mechanism: fingerprint the rows and claim them for this
+        dataset. Rows already claimed by another dataset are refused; a ledger that this
+        refused release created is removed again (nothing was spent)."""
+        fingerprint = self.folder.fingerprint(priv_rows)
+        try:
+            self.folder.claim(fingerprint, self.dataset)
+        except UserError:
+            self._drop_if_unused(rid)
+            raise
+        with self._locked():
+            doc = self._read()
+            if doc is not None:
+                for r in doc["releases"]:
+                    if r["id"] == rid:
+                        r["data_fingerprint"] = fingerprint
+                self._write(doc)
+        return fingerprint
+
+    def _drop_if_unused(self, rid: str) -> None:
+        with self._locked():
+            doc = self._read()
+            if doc is None:
+                return
+            for r in doc["releases"]:
+                if r["id"] == rid:
+                    r["status"] = "aborted"
+            unused = (all(r["status"] == "aborted" and "data_fingerprint" not in r
+                          for r in doc["releases"]) and not doc.get("raises"))
+            if unused:
+                self.path.unlink()
+            else:
+                self._write(doc)
 
     def finish(self, rid: str, status: str, epsilon: float | None = None,
                delta: float | None = None) -> None:
         with self._locked():
             doc = self._read()
-            for r in doc["releases"]:
-                if r["id"] == rid:
-                    r["status"] = status
-                    if epsilon is not None:
-                        r["epsilon"] = epsilon
-                    if delta is not None:
-                        r["delta"] = delta
+            mine = [r for r in (doc or {}).get("releases", []) if r["id"] == rid]
+            for r in mine:
+                r["status"] = status
+                r["finished"] = _now()
+                if epsilon is not None:
+                    r["epsilon"] = epsilon
+                if delta is not None:
+                    r["delta"] = delta
+            if doc is not None and mine:
+                self._write(doc)
+
+    def raise_caps(self, by: str, reason: str, epsilon: float | None = None,
+                   delta: float | None = None) -> dict[str, Any]:
+        """Raise the stored caps, recording who, when and why; returns the record."""
+        if not by.strip() or not reason.strip():
+            raise UserError("ledger raise: --by and --reason must say who raises the cap and why")
+        with self._locked():
+            doc = self._read()
+            if doc is None:
+                raise UserError(f"no lifetime ledger for dataset '{self.dataset}' in "
+                                f"{self.path.parent}; 'selpe-audit ledger show' lists them")
+            old_eps, old_delta = _caps(doc)
+            new_eps = old_eps if epsilon is None else epsilon
+            new_delta = old_delta if delta is None else delta
+            if not (math.isfinite(new_eps) and new_eps >= old_eps
+                    and 0 <= new_delta < 1 and new_delta >= old_delta):
+                raise UserError(f"ledger raise: the new caps must be at least the current ones "
+                                f"(epsilon {old_eps:g}, delta {old_delta:g}), finite, delta < 1")
+            if (new_eps, new_delta) == (old_eps, old_delta):
+                raise UserError("ledger raise: give --epsilon or --delta above the current cap")
+            record = {"when": _now(), "by": by.strip(), "reason": reason.strip(),
+                      "lifetime_epsilon": {"from": old_eps, "to": new_eps},
+                      "lifetime_delta": {"from": old_delta, "to": new_delta}}
+            doc.setdefault("raises", []).append(record)
+            doc["lifetime_epsilon"], doc["lifetime_delta"] = new_eps, new_delta
             self._write(doc)
+            return record
+
+    def summary(self) -> dict[str, Any]:
+        """The ledger as `selpe-audit ledger show` prints it."""
+        doc = self._read()
+        if doc is None:
+            raise UserError(f"no lifetime ledger for dataset '{self.dataset}' in "
+                            f"{self.path.parent}; 'selpe-audit ledger show' lists them")
+        spent_eps, spent_delta = _committed(doc)
+        cap_eps, cap_delta = _caps(doc)
+        return {"dataset": self.dataset, "file": str(self.path), "created": doc.get("created"),
+                "lifetime_epsilon": cap_eps, "lifetime_delta": cap_delta,
+                "committed_epsilon": spent_eps, "committed_delta": spent_delta,
+                "releases": doc["releases"], "raises": doc.get("raises", [])}
+
+
+def _caps(doc: dict[str, Any]) -> tuple[float, float]:
+    return (float(doc.get("lifetime_epsilon", DEFAULT_LIFETIME_EPSILON)),
+            float(doc.get("lifetime_delta", DEFAULT_LIFETIME_DELTA)))
 
 
 def _committed(doc: dict[str, Any]) -> tuple[float, float]:

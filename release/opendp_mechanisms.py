@@ -9,25 +9,53 @@ the privacy unit and the budget it is given).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import opendp.prelude as dp
 import polars as pl
+from opendp.mod import GLOBAL_FEATURES
 
-dp.enable_features("contrib", "honest-but-curious")  # user measurement: selection rounds
+dp.enable_features("contrib")
+#: OpenDP's flag for user-defined domains, transformations and measurements (whose maps are
+#: ours to get right): turned on only while one is built (`_user_defined`), never globally.
+HONEST_BUT_CURIOUS = "honest-but-curious"
 
 COUNT_COLUMN = "dp_count"
-#: The user domain of the private input to selection rounds (`release.selection.PrivateClasses`).
+#: The user domain of the private input to selection rounds
+#: (`release.selection.types.PrivateClasses`).
 PRIVATE_DOMAIN = "SelPEPrivateBatches"
+#: SelPE's round input (`release.selection.types.OneClassPerUnit`): one class per unit.
+SELPE_DOMAIN = "SelPEOneClassPerUnit"
+
+
+@contextmanager
+def _user_defined() -> Iterator[None]:
+    """Enable "honest-but-curious" for the construction of one user-defined OpenDP object."""
+    was_on = HONEST_BUT_CURIOUS in GLOBAL_FEATURES
+    dp.enable_features(HONEST_BUT_CURIOUS)
+    try:
+        yield
+    finally:
+        if not was_on:
+            dp.disable_features(HONEST_BUT_CURIOUS)
+
+
+def _user_domain(name: str) -> dp.Domain:
+    """A private input the functions check themselves (OpenDP does not call the member
+    test when a measurement is invoked)."""
+    with _user_defined():
+        return dp.user_domain(name, lambda _: True)
 
 
 @dataclass(frozen=True)
 class PrivacyUnit:
     """Rows (``id_field`` None) or people whose rows OpenDP truncates to ``max_contributions``.
 
-    ``id_field`` names the frame column that identifies a person (a hash of the person id).
+    ``id_field`` names the frame column that identifies a person (the person id as text).
     """
 
     id_field: str | None = None
@@ -102,8 +130,8 @@ def count_measurement(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> dp.M
 
 
 def new_context(priv_frame: pl.LazyFrame, unit: PrivacyUnit, epsilons: list[float]) -> dp.Context:
-    """A compositor over a frame of u32 key codes (and a u64 person-id hash, if any)."""
-    types = {pl.UInt32: dp.u32, pl.UInt64: dp.u64}
+    """A compositor over a frame of u32 key codes (and the person id as text, if any)."""
+    types = {pl.UInt32: dp.u32, pl.UInt64: dp.u64, pl.String: dp.String}
     domain = dp.lazyframe_domain([dp.series_domain(name, dp.atom_domain(T=types[dtype]))
                                   for name, dtype in priv_frame.collect_schema().items()])
     return dp.Context.compositor(
@@ -141,6 +169,12 @@ def release_counts(priv_frame: pl.LazyFrame, unit: PrivacyUnit,
 
 # ----- SelPE selection: per-batch noisy max over utilities in [-1, 0] ----------------------
 
+NOISY_MAX_CONSTRUCTOR = (
+    "opendp.transformations.make_user_transformation (one class per unit, stability 1) >> "
+    "per batch: make_user_transformation (utilities in [-1, 0], L-inf) >> "
+    "opendp.measurements.then_noisy_max (MaxDivergence, non-monotone L-inf); batches and "
+    "classes in parallel")
+
 def utility_metric() -> dp.Metric:
     """Utilities u_i(s) = -g(center_i, s) lie in [-1, 0], so one privacy unit (which sits in a
     single batch) moves a batch's score vector by at most 1 in L-infinity, in either
@@ -164,31 +198,87 @@ def batch_noisy_max(n_candidates: int, epsilon: float) -> dp.Measurement:
 
 
 def noisy_max_scale(n_candidates: int, epsilon: float) -> float:
-    """The smallest scale whose OpenDP privacy map at L-inf distance 1 is <= epsilon."""
-    return float(dp.binary_search_param(lambda s: noisy_max_with_scale(n_candidates, s),
-                                        d_in=1.0, d_out=epsilon))
+    """The scale whose OpenDP privacy map at L-inf distance 1 is <= epsilon (2 / epsilon).
+
+    OpenDP's map is linear in 1 / scale, so one probe at scale 1 gives it (a binary search
+    builds ~60 measurements); the map of the result is checked against epsilon."""
+    probe = float(noisy_max_with_scale(n_candidates, 1.0).map(1.0))
+    scale = probe / epsilon * (1 + 1e-12)
+    if noisy_max_with_scale(n_candidates, scale).map(1.0) > epsilon:
+        raise RuntimeError("OpenDP calibration of the noisy max exceeded its epsilon")
+    return scale
 
 
 def selection_compositor(epsilons: list[float]) -> dp.Measurement:
     """Adaptive composition over rounds: each round's candidates depend on earlier winners."""
-    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
-    return dp.c.make_adaptive_composition(domain, dp.symmetric_distance(), dp.max_divergence(),
-                                          d_in=1, d_mids=list(epsilons))
+    return dp.c.make_adaptive_composition(_user_domain(PRIVATE_DOMAIN), dp.symmetric_distance(),
+                                          dp.max_divergence(), d_in=1, d_mids=list(epsilons))
 
 
 def selection_round(epsilon: float, function: Callable[[Any], Any]) -> dp.Measurement:
-    """One round as an OpenDP measurement on the private batches.
+    """A round as one user measurement with map epsilon * d_in, for a mode whose whole
+    round ``function`` is epsilon-DP per unit by its own argument (selpe builds its round
+    from OpenDP parts instead: `batch_selector`, `parallel_batches`)."""
+    with _user_defined():
+        return dp.m.make_user_measurement(
+            _user_domain(PRIVATE_DOMAIN), dp.symmetric_distance(), dp.max_divergence(),
+            function=function, privacy_map=lambda d_in: epsilon * d_in, TO="ExtrinsicObject")
 
-    ``function`` maps the private input to per-(class, batch) noisy-max outputs, every
-    selection a noisy max at OpenDP's scale for epsilon. Classes and batches are disjoint
-    (a unit lives in one class and, by the keyed hash, in one batch), so they compose in
-    parallel: one unit costs epsilon; d_in units cost at most d_in * epsilon.
+
+def one_class_per_unit_map(apply_rule: Callable[[Any], Any]) -> dp.Transformation:
+    """The private input -> SelPE's input (``apply_rule``: the `OneClassPerUnit` constructor).
+
+    The rule keeps each unit's rows of one class, chosen from that unit's rows alone, so
+    d_in units added or removed change at most d_in units of the output: stability 1.
     """
-    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
-    return dp.m.make_user_measurement(domain, dp.symmetric_distance(), dp.max_divergence(),
-                                      function=function,
-                                      privacy_map=lambda d_in: epsilon * d_in,
-                                      TO="ExtrinsicObject")
+    with _user_defined():
+        return dp.t.make_user_transformation(
+            _user_domain(PRIVATE_DOMAIN), dp.symmetric_distance(), _user_domain(SELPE_DOMAIN),
+            dp.symmetric_distance(), function=apply_rule, stability_map=lambda d_in: d_in)
+
+
+def batch_selector(utilities: Callable[[Any], Any], n_candidates: int,
+                   scale: float) -> dp.Measurement:
+    """One batch: SelPE's input -> the batch's utilities (a stable transformation) chained
+    with OpenDP's noisy max (``then_noisy_max``); OpenDP's map of the chain is its epsilon.
+
+    The utilities are clipped to [-1, 0] here, so any two inputs give vectors at most 1
+    apart in L-inf (not monotone): stability min(d_in, 1).
+    """
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=n_candidates)
+    with _user_defined():
+        to_utilities = dp.t.make_user_transformation(
+            _user_domain(SELPE_DOMAIN), dp.symmetric_distance(), domain, utility_metric(),
+            function=lambda priv: [float(u) for u in
+                                   np.clip(np.asarray(utilities(priv), dtype=np.float64),
+                                           -1.0, 0.0)],
+            stability_map=lambda d_in: float(min(d_in, 1)))
+    return to_utilities >> dp.m.then_noisy_max(dp.max_divergence(), scale=scale)
+
+
+def parallel_batches(parts: dict[Any, dp.Measurement],
+                     combine: Callable[[dict[Any, Any]], Any]) -> dp.Measurement:
+    """Parallel composition of ``parts`` over disjoint privacy units, on SelPE's input.
+
+    OpenDP 0.16 offers no parallel-composition combinator for a user domain (its
+    compositors are sequential), so this one step is a user measurement; its map is built
+    from OpenDP's maps of the parts: d_in units sit in at most min(d_in, parts) parts, each
+    charged at most its own map at d_in. Contract: every unit reaches exactly one part
+    (SelPE: one class by `one_class_per_unit`, one batch by the keyed hash of its id).
+    ``combine`` post-processes the parts' outputs inside the measurement.
+    """
+    n = len(parts)
+
+    def privacy_map(d_in: int) -> float:
+        if d_in == 0 or n == 0:
+            return 0.0
+        return min(d_in, n) * max(float(m.map(d_in)) for m in parts.values())
+
+    with _user_defined():
+        return dp.m.make_user_measurement(
+            _user_domain(SELPE_DOMAIN), dp.symmetric_distance(), dp.max_divergence(),
+            function=lambda priv: combine({k: m(priv) for k, m in parts.items()}),
+            privacy_map=privacy_map, TO="ExtrinsicObject")
 
 
 # ----- Gaussian selection modes (pe-histogram, representatives): zCDP rounds ---------------
@@ -206,8 +296,7 @@ def _vector_space() -> tuple[dp.Domain, dp.Metric]:
 
 def gaussian_compositor(rhos: list[float]) -> dp.Measurement:
     """Adaptive composition of the rounds in zero-concentrated DP (rho adds up)."""
-    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
-    return dp.c.make_adaptive_composition(domain, dp.symmetric_distance(),
+    return dp.c.make_adaptive_composition(_user_domain(PRIVATE_DOMAIN), dp.symmetric_distance(),
                                           dp.zero_concentrated_divergence(), d_in=1,
                                           d_mids=list(rhos))
 
@@ -261,11 +350,11 @@ def gaussian_round(sensitivity: float, scale: float, vectorize: Callable[[Any], 
     stability map states it). OpenDP's Gaussian adds the noise; ``postprocess`` turns the
     noisy vector into winners inside the measurement, so nothing else leaves it.
     """
-    domain = dp.user_domain(PRIVATE_DOMAIN, lambda _: True)
     vdomain, vmetric = _vector_space()
-    stats = dp.t.make_user_transformation(
-        domain, dp.symmetric_distance(), vdomain, vmetric,
-        function=lambda priv: [float(x) for x in vectorize(priv)],
-        stability_map=lambda d_in: float(d_in) * sensitivity)
-    post = dp.new_function(lambda noisy: postprocess(noisy), TO="ExtrinsicObject")
+    with _user_defined():
+        stats = dp.t.make_user_transformation(
+            _user_domain(PRIVATE_DOMAIN), dp.symmetric_distance(), vdomain, vmetric,
+            function=lambda priv: [float(x) for x in vectorize(priv)],
+            stability_map=lambda d_in: float(d_in) * sensitivity)
+        post = dp.new_function(lambda noisy: postprocess(noisy), TO="ExtrinsicObject")
     return stats >> gaussian_with_scale(scale) >> post

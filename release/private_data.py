@@ -1,4 +1,5 @@
-"""The one module that opens private files (CSV, Parquet, JSONL).
+"""The one module that opens private data: files (CSV, Parquet, JSONL) or a database query
+(`release.database`), through one validation path.
 
 Rows are coerced to the schema's types and validated with jsonschema. Problems are
 reported by file, row number, field and reason - never by value: these messages appear on
@@ -11,11 +12,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
 
+from release.database import DatabaseSource, read_frame
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
 
@@ -40,10 +43,17 @@ class PrivateTable:
     ignored_columns: list[str] = field(default_factory=list)
 
 
-def read_private_rows(path: str | Path, schema: Schema,
+def read_private_rows(source: str | Path | DatabaseSource, schema: Schema,
                       invalid: InvalidPolicy = "fail") -> PrivateTable:
-    """Read, coerce and validate every row; `UserError` on any file-level problem."""
-    p = Path(path)
+    """Read, coerce and validate every row; `UserError` on any source-level problem."""
+    if isinstance(source, DatabaseSource):
+        frame = read_frame(source)
+        where = source.display
+        if frame.height == 0:
+            raise UserError(f"{where}: the query returned no rows")
+        _check_database_types(frame, schema, where)
+        return _validate(frame, schema, invalid, where)
+    p = Path(source)
     fmt = FORMATS.get(p.suffix.lower())
     if fmt is None:
         raise UserError(f"{p}: unknown data format '{p.suffix}'; use .csv, .parquet or .jsonl")
@@ -56,9 +66,21 @@ def read_private_rows(path: str | Path, schema: Schema,
     frame = _read_frame(p, fmt)
     if frame.height == 0:
         raise UserError(f"{p}: the file has no data rows")
+    return _validate(frame, schema, invalid, str(p))
+
+
+def source_description(source: str | Path | DatabaseSource) -> dict[str, Any]:
+    """The artifact's ``source`` block: the kind of source, never its location."""
+    if isinstance(source, DatabaseSource):
+        return source.public_description()
+    return {"kind": "file", "format": FORMATS[Path(source).suffix.lower()]}
+
+
+def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,
+              where: str) -> PrivateTable:
     missing = [n for n in schema.field_names if n not in frame.columns]
     if missing:
-        raise UserError(f"{p}: missing column '{missing[0]}' required by the schema"
+        raise UserError(f"{where}: missing column '{missing[0]}' required by the schema"
                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
     ignored = [c for c in frame.columns if c not in schema.field_names]
     frame = frame.select(schema.field_names)
@@ -78,12 +100,27 @@ def read_private_rows(path: str | Path, schema: Schema,
             rows.append(row)
     if bad_rows and invalid == "fail":
         first = problems[0]
-        raise UserError(f"{p}: {bad_rows} invalid row(s); first: row {first.row}, field "
+        raise UserError(f"{where}: {bad_rows} invalid row(s); first: row {first.row}, field "
                         f"'{first.field}': {first.reason}. Fix the data, or pass "
                         "--invalid-rows drop to leave such rows out")
     if not rows:
-        raise UserError(f"{p}: no valid rows left after dropping invalid ones")
+        raise UserError(f"{where}: no valid rows left after dropping invalid ones")
     return PrivateTable(rows, problems, bad_rows, ignored)
+
+
+def _check_database_types(frame: pl.DataFrame, schema: Schema, where: str) -> None:
+    """A column whose database type the field cannot take is one error, not one per row."""
+    for f in schema.fields:
+        if f.name not in frame.columns:
+            continue
+        dtype = frame.schema[f.name]
+        text = dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+        number = dtype.is_numeric()
+        ok = text if f.kind == "text" else (text or number)
+        if not ok:
+            raise UserError(f"{where}: column '{f.name}' has type {dtype}, which the schema's "
+                            f"{f.json_type} field cannot take; cast it in the query "
+                            f"(e.g. {f.name}::{'text' if f.json_type == 'string' else 'numeric'})")
 
 
 def _check_utf8(p: Path) -> None:
@@ -166,6 +203,8 @@ def _coerce_value(v: Any, f: Field) -> tuple[Any, str | None]:
                                                          else "a number")
     elif isinstance(v, int | float):
         num = v
+    elif isinstance(v, Decimal):  # PostgreSQL numeric
+        num = int(v) if want == "integer" and v == v.to_integral_value() else float(v)
     else:
         return None, f"wrong type: expected {want}"
     if isinstance(num, float) and not math.isfinite(num):

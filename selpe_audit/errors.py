@@ -17,9 +17,3 @@ class UserError(Exception):
     def __init__(self, message: str) -> None:
         one_line = " ".join(str(message).split())
         super().__init__(one_line)
-
-
-class NotAvailableYet(UserError):
-    """A subcommand whose stage has not been built yet: say so instead of pretending."""
-
-    exit_code = 3

@@ -19,15 +19,19 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.errors import UserError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 Kind = Literal["numeric", "categorical", "text", "id"]
 
@@ -159,6 +163,78 @@ def format_value(f: Field, value: Any) -> str:
     if f.kind == "numeric" and not f.is_integer:
         return f"{float(value):.{f.precision}f}"
     return str(value)
+
+
+# ----- cohorts: the one membership predicate ----------------------------------------------
+
+@dataclass(frozen=True)
+class CohortRule:
+    """A cohort's public rule, a box over the schema's domain: every numeric field named lies
+    in its closed range [low, high], every categorical field is one of its values.
+
+    The release counts rows by it (`condition`, vectorised), decode assigns records by it
+    (`contains`) and the config refuses overlapping cohorts by it (`overlaps`): one rule,
+    so the three readings cannot drift apart.
+    """
+
+    conditions: tuple[tuple[Field, tuple[Any, ...]], ...]  # (field, (low, high) or values)
+
+    @classmethod
+    def parse(cls, schema: Schema, where: Mapping[str, Any]) -> CohortRule:
+        """Check a ``where`` table against the schema; a problem is a one-line ValueError."""
+        conds = []
+        for name, rule in where.items():
+            if name not in schema.field_names:
+                raise ValueError(f"unknown field '{name}'")
+            f = schema.field(name)
+            rule = tuple(rule) if isinstance(rule, list | tuple) else ()
+            if f.kind == "numeric":
+                if (len(rule) != 2 or not all(isinstance(x, int | float) for x in rule)
+                        or rule[0] > rule[1]):
+                    raise ValueError(f"'{name}' needs a range [low, high]")
+            elif f.kind == "categorical":
+                if not rule or not set(rule) <= set(f.enum):
+                    raise ValueError(f"'{name}' must list values from its enum")
+            else:
+                raise ValueError(f"'{name}' is free text or an id; cohorts use numeric or "
+                                 "categorical fields")
+            conds.append((f, rule))
+        return cls(tuple(conds))
+
+    def where_json(self) -> dict[str, list[Any]]:
+        """The rule as the artifact stores it."""
+        return {f.name: list(rule) for f, rule in self.conditions}
+
+    def contains(self, record: Mapping[str, Any]) -> bool:
+        return all(rule[0] <= record[f.name] <= rule[1] if f.kind == "numeric"
+                   else record[f.name] in rule for f, rule in self.conditions)
+
+    def condition(self) -> pl.Expr:
+        """`contains` as a polars expression over a frame of rows (the release's counts)."""
+        import polars as pl  # only the release needs it
+
+        cond = pl.lit(True)
+        for f, rule in self.conditions:
+            cond = cond & (pl.col(f.name).is_between(rule[0], rule[1], closed="both")
+                           if f.kind == "numeric" else pl.col(f.name).is_in(list(rule)))
+        return cond
+
+    def overlaps(self, other: CohortRule) -> bool:
+        """Two boxes overlap unless some field both name separates them."""
+        theirs = {f.name: rule for f, rule in other.conditions}
+        for f, ra in self.conditions:
+            rb = theirs.get(f.name)
+            if rb is None:
+                continue
+            if f.kind == "numeric":
+                lo, hi = max(ra[0], rb[0]), min(ra[1], rb[1])
+                if f.is_integer:
+                    lo = math.ceil(lo)
+                if lo > hi:
+                    return False
+            elif not set(ra) & set(rb):
+                return False
+        return True
 
 
 def _fmt(x: float) -> str:

@@ -14,17 +14,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from selpe_audit.llm.models import _backend_init, _lc, _set_quiet, default_llm_path
+from selpe_audit.llm.models import default_llm_path, llama_backend
 
 
 class GrammarChecker:
     """Accept/reject texts under GBNF grammars using a model's vocabulary and tokenizer."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        lc = _lc()
+        lc = llama_backend(quiet=True)
         self.lc = lc
-        _set_quiet(True)
-        _backend_init()
         p = default_llm_path() if path is None else Path(path)
         params = lc.llama_model_default_params()
         params.vocab_only = True

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import (
     FORMAT,
     FORMAT_VERSION,
@@ -15,9 +16,8 @@ from selpe_audit.artifact.document import (
     tool_versions,
     write_release,
 )
-from selpe_audit.artifact.canonical import canonical_bytes
-from selpe_audit.errors import UserError
 from selpe_audit.artifact.signing import SIGNATURES_DIR, generate_keypair, sign_file
+from selpe_audit.errors import UserError
 
 
 def minimal_doc(schema, kid):

@@ -21,10 +21,10 @@ from audits import anonymeter_risks, mechanism, mia, stats
 from audits.io import load_embedder, read_records, record_schema
 from release.opendp_mechanisms import noisy_max_with_scale
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions, write_release
+from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.cli.main import main
 from selpe_audit.demo.generator import generate_rows, write_rows
 from selpe_audit.errors import UserError
-from selpe_audit.artifact.signing import generate_keypair
 
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
 
@@ -242,6 +242,35 @@ def test_counts_audit_through_opendp(demo_schema):
     assert not bad["passed"] and bad["eps_lb"] > 1.0
 
 
+def test_counts_audit_flags_a_factor_two(demo_schema):
+    bad = mechanism.audit(mechanism.counts_neighbours(demo_schema, 1.0, calibrate_to=2.0),
+                          runs=600)
+    assert not bad["passed"] and bad["eps_lb"] > 1.0
+
+
+def test_mu_audit_statistics():
+    rng = np.random.default_rng(0)  # audit statistics, not DP noise
+    y_d, y_dp = rng.normal(0, 2, 4000), rng.normal(1, 2, 4000)  # mu = 0.5
+    ok = stats.mu_audit(y_d, y_dp, claimed_mu=0.5)
+    assert ok["passed"] and ok["mu_ci99"][0] < 0.5 < ok["mu_ci99"][1]
+    assert not stats.mu_audit(y_d, y_dp, claimed_mu=0.25)["passed"]  # a factor 2
+
+
+@pytest.mark.parametrize("unit", ["row", "person"])
+def test_release_audit_end_to_end_passes_and_flags_a_factor_two(unit):
+    """Issue 18 item 6: whole releases (counts + one selpe round, pool mode, numeric kernel)
+    on D and D + a canary person with rows in two classes; small CI size."""
+    from audits.release_audit import ReleaseAudit, audit_release
+
+    good = audit_release(ReleaseAudit(unit=unit), runs=20, calibration_runs=20)
+    assert good["passed"] and good["eps_lb"] <= good["claimed_epsilon"]
+    assert good["claimed_epsilon"] == (1.0 if unit == "person" else 2.0)
+    assert good["details"]["artifact_total_epsilon"] == pytest.approx(1.0)
+    bad = audit_release(ReleaseAudit(unit=unit, calibrate_to=2.0), runs=20, calibration_runs=20)
+    assert not bad["passed"] and not bad["noise_check"]["passed"]
+    assert bad["noise_check"]["epsilon_lower"] > bad["noise_check"]["claimed_counts_epsilon"]
+
+
 def test_mechanism_cli_exit_status(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="160")
     common = [EXE, "audit", "mechanism", "--kind", "selection", "--runs", "2000"]
@@ -328,3 +357,15 @@ def test_tfidf_text_leaves_out_the_label(demo_schema):
 
     r = generate_rows(1, 0)[0]
     assert "acuity" not in text_without_label(record_schema(demo_schema), r)
+
+
+def test_mechanism_cli_release_kind(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="160")
+    r = subprocess.run([EXE, "audit", "mechanism", "--kind", "release", "--unit", "row",
+                        "--runs", "10", "--calibration-runs", "10",
+                        "--report", str(tmp_path / "r.json")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    (audit,) = report["result"]["audits"]
+    assert audit["mechanism"] == "release (row unit)" and audit["noise_check"]["passed"]

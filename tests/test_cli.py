@@ -1,4 +1,4 @@
-"""The console script as a user meets it: help, keygen, and stages not built yet."""
+"""The console script as a user meets it: help, keygen, and no command at all."""
 
 from __future__ import annotations
 

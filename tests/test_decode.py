@@ -41,16 +41,17 @@ from decode.llm import LLMDecoder
 from decode.marginals import PLACEHOLDER, MarginalsDecoder
 from decode.pipeline import DecodeSettings, plan, run_decode
 from decode.released import released_view
+from decode.writers import valid_share
 from release.config import load_config
 from release.pipeline import run_release
-from selpe_audit.artifact.document import RELEASE_FILE, read_release
 from selpe_audit.artifact.canonical import canonical_bytes
+from selpe_audit.artifact.document import RELEASE_FILE, read_release
+from selpe_audit.artifact.signing import generate_keypair, sign_file
 from selpe_audit.cli.main import main
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
 from selpe_audit.llm.generation import GenerationStats
 from selpe_audit.schema import demo_schema_path
-from selpe_audit.artifact.signing import generate_keypair, sign_file
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
@@ -448,8 +449,23 @@ def test_llm_decode_of_a_small_n(pool_art, keys, tmp_path):
     assert doc["decoder"]["generation"]["two_stage"] is True
 
 
-def test_settings_are_checked():
-    with pytest.raises(UserError):
-        DecodeSettings(n=1, decoder="gan").check()
-    with pytest.raises(UserError):
-        replace(DecodeSettings(n=1), seed=-1).check()
+def test_settings_are_checked_on_construction():
+    with pytest.raises(UserError, match="--decoder"):
+        DecodeSettings(n=1, decoder="gan")
+    with pytest.raises(UserError, match="--seed"):
+        replace(DecodeSettings(n=1), seed=-1)
+    with pytest.raises(UserError, match="--n"):
+        DecodeSettings(n=0)
+    with pytest.raises(TypeError):
+        DecodeSettings(5)  # keyword-only: no positional mix-ups
+
+
+def test_valid_share_is_measured(counts_art, keys):
+    """The provenance's share_valid counts candidates that break the schema (it can fail)."""
+    schema = _released(counts_art, keys[0][1]).schema
+    good = generate_rows(3, seed=5)
+    good = [{k: v for k, v in r.items() if k != "patient_id"} for r in good]
+    assert valid_share(good, schema) == 1.0
+    bad = dict(good[0], age=-4)
+    assert valid_share([*good, bad], schema) == 0.75
+    assert valid_share([], schema) == 1.0

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from selpe_audit.demo import generator as demo_data
 from selpe_audit.demo.generator import COLUMNS, generate_rows, main, write_rows
 
-DATA_DIR = Path(demo_data.__file__).parent / "data"
+DATA_DIR = Path(demo_data.__file__).parents[1] / "data"
 SCHEMA_PATH = DATA_DIR / "ed_triage.schema.json"
 SAMPLE_PATH = DATA_DIR / "ed_triage_sample.csv"
 ADMITTED = {"admitted-ward", "admitted-icu"}

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from selpe_audit.errors import UserError
 from selpe_audit.kernel.embeddings import (
     DEFAULT_MODEL_NAME,
     Embedder,
@@ -16,7 +17,6 @@ from selpe_audit.kernel.embeddings import (
     default_model_path,
     weights_sha256,
 )
-from selpe_audit.errors import UserError
 
 
 @pytest.fixture(scope="session")
@@ -155,3 +155,54 @@ def test_weights_hash_of_several_files_is_a_sha256sum_listing(tmp_path):
     assert weights_sha256(tmp_path) == hashlib.sha256(listing.encode()).hexdigest()
     (tmp_path / "sub" / "b.safetensors").unlink()
     assert weights_sha256(tmp_path) == hashlib.sha256(b"aaa").hexdigest()
+
+
+@pytest.mark.slow
+def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_schema):
+    """Item 1 of issue 18: private features are per row (one text at a time, their own
+    cache) and candidates never share a batch or a cache with a private text."""
+    from release.pipeline import _private_classes
+    from selpe_audit.demo.generator import generate_rows
+    from selpe_audit.kernel.distance import Kernel, KernelConfig
+
+    priv_rows = generate_rows(30, seed=21)
+    added = generate_rows(1, seed=22)[0]
+    record = {f.name for f in demo_schema.record_fields}
+    # one candidate's texts equal the added private row's (the measured 1.8e-7 case)
+    cands = [{k: v for k, v in r.items() if k in record}
+             for r in [*generate_rows(10, seed=23), added]]
+
+    def features(rows: list[dict]) -> tuple[dict, dict]:
+        kernel = Kernel(demo_schema, Embedder(device="cpu"), KernelConfig())
+        early = kernel.featurize(cands[:4])  # the public cache is warm before private rows
+        priv = _private_classes(rows, demo_schema, kernel, "patient_id")
+        late = kernel.featurize(cands)
+        assert kernel.embedder.cache_size == len(  # the public cache: candidate texts only
+            {t for r in cands for t in _texts(demo_schema, kernel, r)})
+        for ch in early.semantic:
+            assert np.array_equal(early.semantic[ch], late.semantic[ch][:4])
+        return priv.priv_features, {**late.semantic, **late.numeric}
+
+    base_priv, base_cand = features(priv_rows)
+    more_priv, more_cand = features([*priv_rows, added])
+    c_added = added[demo_schema.label]
+    for c, feats in base_priv.items():
+        other = more_priv[c]
+        n = feats.n
+        assert other.n == n + (c == c_added)
+        for ch in feats.semantic:
+            assert other.semantic[ch].dtype == np.float32
+            assert np.array_equal(other.semantic[ch][:n], feats.semantic[ch]), (c, ch)
+        for ch in feats.numeric:
+            assert np.array_equal(other.numeric[ch][:n], feats.numeric[ch]), (c, ch)
+    for ch, v in base_cand.items():
+        assert np.array_equal(more_cand[ch], v), ch
+
+
+def _texts(schema, kernel, record) -> list[str]:
+    """The texts `Kernel.featurize` encodes for one record."""
+    out = []
+    for ch in kernel.semantic_channels:
+        out.append(schema.linearize(record) if ch == "global"
+                   else schema.lexicalize(ch[len("field:"):], record[ch[len("field:"):]]))
+    return out

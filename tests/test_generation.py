@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from selpe_audit.llm import prompts
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
+from selpe_audit.llm import prompts
 from selpe_audit.llm.generation import (
-    Decoder,
+    BatchEngine,
     GenerationConfig,
     GenerationStats,
     RecordGenerator,
@@ -99,16 +99,16 @@ def test_rejected_draws_are_redrawn_under_the_grammar(llm: LLM) -> None:
     """A grammar the model would never follow forces the masked-draw paths."""
     stats = GenerationStats()
     cfg = GenerationConfig(seed=0, fast_forward=False)
-    decoder = Decoder(llm, cfg, 'root ::= "zq" [0-9]{2} "}"\n', 1, stats)
+    engine = BatchEngine(llm, cfg, 'root ::= "zq" [0-9]{2} "}"\n', 1, stats)
     prompt = llm.tokenize("The weather today is", bos=True)
     out: list[tuple[str, bool]] = []
     requests = [Request(prefix=0, suffix=prompt[-1:], seed=1, max_tokens=20, constrained=True)]
     try:
-        decoder.load_prefixes([prompt[:-1]])
-        decoder.run(lambda: requests.pop() if requests else None,
-                    lambda req, text, ok: out.append((text, ok)))
+        engine.load_prefixes([prompt[:-1]])
+        engine.run(lambda: requests.pop() if requests else None,
+                   lambda req, text, ok: out.append((text, ok)))
     finally:
-        decoder.close()
+        engine.close()
     [(text, ok)] = out
     assert ok and text.startswith("zq") and text.endswith("}") and len(text) == 5
     assert stats.rejections >= 1

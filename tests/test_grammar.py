@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from selpe_audit.errors import UserError
-from tests.gbnf_check import GrammarChecker
 from selpe_audit.llm.grammar import (
     RecordLayout,
     decimal_range_gbnf,
@@ -34,6 +33,7 @@ from selpe_audit.llm.grammar import (
     string_gbnf,
 )
 from selpe_audit.schema import DRAFT_2020_12, Schema, parse_schema
+from tests.gbnf_check import GrammarChecker
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -46,3 +46,12 @@ def test_core_importing_a_stage_is_caught(tmp_path):
     result = _lint(root)
     assert result.returncode != 0
     assert "shared core imports no stage package" in result.stdout
+
+
+def test_a_lower_core_layer_importing_a_higher_one_is_caught(tmp_path):
+    root = _copy_tree(tmp_path)
+    (root / "selpe_audit" / "artifact" / "sneaky.py").write_text(
+        "from selpe_audit.review import view  # noqa\n")
+    result = _lint(root)
+    assert result.returncode != 0
+    assert "the shared core in layers" in result.stdout

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.kernel.distance import (
     CHANNEL_SETS,
     EMPTY_BATCH_DISTANCE,
@@ -28,6 +27,7 @@ from selpe_audit.kernel.distance import (
     available_channels,
     channel_kind,
 )
+from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.schema import DRAFT_2020_12, Schema, parse_schema
 
 ATOL = 1e-5  # float32 embeddings: cosines of a vector with itself are 1 to ~1e-7

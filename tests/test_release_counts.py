@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import DEMO_SAMPLE, good_row
+from conftest import DEMO_SAMPLE, good_row, with_settings
 
 from release.config import Cohort, RateSpec, ReleaseConfig, load_config
 from release.counts import derive_frame, plan_queries
@@ -21,9 +21,9 @@ from release.ledger import LifetimeLedger
 from release.opendp_mechanisms import PrivacyUnit, count_measurement, new_context
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
+from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.errors import UserError
 from selpe_audit.schema import demo_schema_path
-from selpe_audit.artifact.signing import generate_keypair
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY_ID = "CNRYPID9"
@@ -41,7 +41,7 @@ def demo_config(tmp: Path, key: Path, **kw) -> ReleaseConfig:
     base = load_config(ROOT / "examples" / "release.toml", {
         "release_key": key, "out": tmp / "out", "lifetime_ledger": tmp / "ledger",
         "schema": demo_schema_path()})
-    return replace(base, data=kw.pop("data", DEMO_SAMPLE), **kw)
+    return with_settings(base, data=kw.pop("data", DEMO_SAMPLE), **kw)
 
 
 def _canary_data(tmp: Path) -> Path:
@@ -62,8 +62,8 @@ def test_demo_release_counts_are_complete_signed_and_accounted(tmp_path, keys, c
     ledger = doc["ledger"]
     total = sum(e["epsilon"] for e in ledger["entries"])
     assert math.isclose(ledger["total_epsilon"], total, rel_tol=1e-9)
-    assert ledger["total_epsilon"] <= cfg.epsilon + 1e-9
-    assert math.isclose(ledger["total_epsilon"], cfg.counts_epsilon, rel_tol=1e-9)
+    assert ledger["total_epsilon"] <= cfg.budget.epsilon + 1e-9
+    assert math.isclose(ledger["total_epsilon"], cfg.budget.counts_epsilon, rel_tol=1e-9)
     # every public key is released, empty ones included
     schema_classes = [1, 2, 3, 4, 5]
     assert doc["counts"]["class_balance"]["classes"] == schema_classes
@@ -81,7 +81,7 @@ def test_demo_release_counts_are_complete_signed_and_accounted(tmp_path, keys, c
     out, err = capfd.readouterr()
     blobs = [out, err] + [p.read_bytes().decode("utf-8", "replace")
                           for p in cfg.out.rglob("*") if p.is_file()]
-    blobs += [p.read_text() for p in Path(cfg.lifetime_ledger).glob("*")]
+    blobs += [p.read_text() for p in Path(cfg.budget.lifetime_ledger).glob("*")]
     for blob in blobs:
         for canary in (CANARY_ID, "zebra-quokka", str(CANARY_TEMP)):
             assert canary not in blob
@@ -211,26 +211,31 @@ def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
         ({"rates": (RateSpec("r", "disposition", ("admitted-icu",), ("colour",)),)},
          "unknown field 'colour'"),
         ({"gamma": 0.6, "alpha": 0.5}, r"gamma \+ alpha < 1"),
-        ({"epsilon": 20.0}, "exceeds the lifetime budget"),
+        ({"epsilon": 20.0, "lifetime_epsilon": 10.0}, "exceeds the lifetime budget"),
         ({"delta": 1e-6}, "delta > 0 applies to the Gaussian selection modes"),
         ({"selection_mode": "pe-histogram", "counts_share": 0.5, "selection_share": 0.5,
-          "delta": 1e-4}, "budget.delta 0.0001 exceeds the lifetime delta 1e-05"),
+          "delta": 1e-4, "lifetime_delta": 1e-5},
+         "budget.delta 0.0001 exceeds the lifetime delta 1e-05"),
         ({"lifetime_delta": -1e-6}, "lifetime_delta must be a number in"),
+        # a share that leaves a mechanism without budget: refused before any reservation
+        ({"counts_share": 0.0, "selection_share": 1.0}, "budget.counts must be > 0"),
+        ({"gamma": 0.0}, r"counts.gamma must be > 0 when \[\[cohorts\]\]"),
+        ({"alpha": 0.0}, r"counts.alpha must be > 0 when \[\[rates\]\]"),
     ],
 )
 def test_bad_configs(tmp_path, keys, demo_schema, change, needle):
-    cfg = replace(demo_config(tmp_path, keys[0]), **change)
-    with pytest.raises(UserError, match=needle):
-        cfg.check(demo_schema)
+    base = demo_config(tmp_path, keys[0])
+    with pytest.raises(UserError, match=needle):  # on construction, or against the schema
+        with_settings(base, **change).check(demo_schema)
 
 
 def test_disjoint_cohorts_pass(tmp_path, keys, demo_schema):
-    cfg = replace(demo_config(tmp_path, keys[0]),
-                  cohorts=(Cohort("a", {"age": (0, 29)}), Cohort("b", {"age": (30, 40)}),
-                           Cohort("c", {"age": (0, 29), "sex": ("male",)})))
+    cfg = with_settings(demo_config(tmp_path, keys[0]),
+                        cohorts=(Cohort("a", {"age": (0, 29)}), Cohort("b", {"age": (30, 40)}),
+                                 Cohort("c", {"age": (0, 29), "sex": ("male",)})))
     with pytest.raises(UserError, match="'a' and 'c' overlap"):
         cfg.check(demo_schema)
-    cfg = replace(cfg, cohorts=cfg.cohorts[:2])
+    cfg = with_settings(cfg, cohorts=cfg.counts.cohorts[:2])
     cfg.check(demo_schema)
 
 
@@ -261,12 +266,16 @@ def test_example_configs_pass_checks(tmp_path, keys, demo_schema, name):
     cfg = load_config(example, {"release_key": keys[0], "lifetime_ledger": tmp_path / "l"})
     cfg.check(demo_schema)
     assert (ROOT / cfg.data).exists() and (ROOT / cfg.schema).exists()
-    assert cfg.counts_share + cfg.selection_share == pytest.approx(1.0)
+    assert cfg.budget.counts_share + cfg.budget.selection_share == pytest.approx(1.0)
     commented = [line[2:] for line in example.read_text().splitlines()
                  if re.match(r"^# [a-z_]+ = ", line)]
     assert len(commented) >= (8 if name == "release_selection.toml" else 1)
     p = tmp_path / "uncommented.toml"
     for line in commented:  # each commented setting alone, under its own section
-        section = "budget" if line.startswith(("delta", "lifetime_delta")) else "selection"
+        section = ("budget" if line.startswith(("delta", "lifetime_delta", "lifetime_epsilon"))
+                   else "selection")
         p.write_text(example.read_text().replace(f"[{section}]\n", f"[{section}]\n{line}\n"))
-        load_config(p, {"release_key": keys[0]})
+        # delta is checked on construction against the mode: it applies where its comment
+        # says, to a Gaussian mode
+        gaussian = {"selection_mode": "pe-histogram"} if line.startswith("delta") else {}
+        load_config(p, {"release_key": keys[0], **gaussian})

@@ -24,16 +24,21 @@ from rich.console import Console
 
 from release.config import load_config
 from release.pipeline import run_release
-from selpe_audit.artifact.document import RELEASE_FILE, read_release, read_release_unverified, write_release
+from selpe_audit.artifact.document import (
+    RELEASE_FILE,
+    read_release,
+    read_release_unverified,
+    write_release,
+)
+from selpe_audit.artifact.signing import SIGNATURES_DIR, generate_keypair
 from selpe_audit.errors import UserError
+from selpe_audit.review.page import REVIEW_FILE, render_review_html, write_review_html
 from selpe_audit.review.view import (
     personal_data_hits,
     review_warnings,
     signature_statuses,
     signature_warnings,
 )
-from selpe_audit.review.page import REVIEW_FILE, render_review_html, write_review_html
-from selpe_audit.artifact.signing import SIGNATURES_DIR, generate_keypair
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
@@ -63,7 +68,7 @@ def demo_artifact(tmp_path_factory, keys) -> Path:
         "data": ROOT / "selpe_audit" / "data" / "ed_triage_sample.csv",
         "schema": ROOT / "selpe_audit" / "data" / "ed_triage.schema.json",
         "out": d / "art", "release_key": keys["release"][0], "lifetime_ledger": d / "ledger",
-    }).check()
+    })  # checked on construction
     run_release(cfg, Console(file=io.StringIO()))
     return d / "art"
 

@@ -13,16 +13,17 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from release.config import load_config
+from release.config import SelectionConfig, load_config
 from release.opendp_mechanisms import batch_noisy_max, noisy_max_scale
 from release.pipeline import run_release
-from release.selection import PoolSource, PrivateClasses, SelectionConfig, batch_ids, run_selpe
+from release.selection import PoolSource, PrivateClasses, run_selection
+from release.selection.selpe import batch_ids
 from selpe_audit.artifact.document import read_release
-from selpe_audit.demo.generator import generate_rows
-from selpe_audit.kernel.embeddings import Embedder
-from selpe_audit.kernel.distance import Kernel, KernelConfig
-from selpe_audit.schema import demo_schema_path
 from selpe_audit.artifact.signing import generate_keypair
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.kernel.distance import Kernel, KernelConfig
+from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.schema import demo_schema_path
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary okapi-5521 private complaint"
@@ -85,7 +86,8 @@ def test_signal_winners_beat_random_candidates(demo_schema, kernel, pool):
                           {3: [r["patient_id"] for r in priv_rows]})
     source = PoolSource(demo_schema, pool, "x", seed=1)
     cfg = SelectionConfig(rounds=1, k=8, batches=3)
-    rounds, eps = run_selpe(_only_class(demo_schema, 3), priv, kernel, source, cfg, 1000.0)
+    run = run_selection(_only_class(demo_schema, 3), priv, kernel, source, cfg, 1000.0)
+    rounds, eps = run.rounds, run.accounting.epsilon
     winners = rounds[0].classes[0]["winners"]
     feats_w = kernel.featurize(winners)
     cand = source.generate(class_value=3, positives=[], negatives=[], hints=None, n=40)
@@ -146,14 +148,14 @@ def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd, m
         _check_gaussian_ledger(doc, rounds, cfg)
     assert math.isclose(doc["ledger"]["total_epsilon"],
                         sum(e["epsilon"] for e in doc["ledger"]["entries"]), rel_tol=1e-9)
-    assert doc["ledger"]["total_epsilon"] <= cfg.epsilon + 1e-9
-    (lifetime,) = cfg.lifetime_ledger.glob("*.ledger.json")
+    assert doc["ledger"]["total_epsilon"] <= cfg.budget.epsilon + 1e-9
+    (lifetime,) = cfg.budget.lifetime_ledger.glob("*.ledger.json")
     (entry,) = json.loads(lifetime.read_text())["releases"]
     assert entry.get("delta", 0.0) == doc["ledger"]["total_delta"]  # counted for the lifetime
     out, err = capfd.readouterr()
     blobs = [out, err] + [p.read_text(errors="replace") for p in cfg.out.rglob("*")
                           if p.is_file()]
-    blobs += [p.read_text(errors="replace") for p in cfg.lifetime_ledger.rglob("*")
+    blobs += [p.read_text(errors="replace") for p in cfg.budget.lifetime_ledger.rglob("*")
               if p.is_file()]
     for blob in blobs:
         assert "okapi-5521" not in blob and "PCANARY1" not in blob
@@ -174,7 +176,7 @@ def _check_gaussian_ledger(doc, rounds, cfg):
     conv = next(e for e in doc["ledger"]["entries"] if e["id"] == "selection/zcdp-to-approx-dp")
     eps, delta = approx_dp_of(sel["schedule"], cfg.selection_delta)
     assert math.isclose(conv["epsilon"], eps, rel_tol=1e-9) and conv["delta"] == delta == 1e-6
-    assert conv["epsilon"] <= cfg.selection_epsilon + 1e-9
+    assert conv["epsilon"] <= cfg.budget.selection_epsilon + 1e-9
     assert sum(e["rho"] for e in rounds) <= conv["rho"] * (1 + 1e-9)
     assert doc["ledger"]["total_delta"] == doc["budget"]["delta"] == 1e-6
     counts_eps = sum(e["epsilon"] for e in doc["ledger"]["entries"]

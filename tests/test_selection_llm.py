@@ -12,9 +12,9 @@ import pytest
 from release.config import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
+from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import demo_schema_path, load_schema
-from selpe_audit.artifact.signing import generate_keypair
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def test_release_with_llm_candidates(tmp_path, capfd):
         "out": tmp_path / "out", "lifetime_ledger": tmp_path / "ledger",
         "counts_share": 0.5, "selection_share": 0.5, "rounds": 2, "k": 2, "q": 0.5,
         "batches": 3})
-    assert cfg.candidates is None  # no pool: the LLM makes the candidates
+    assert cfg.selection.candidates is None  # no pool: the LLM makes the candidates
     run_release(cfg)
     doc = read_release(cfg.out, [pub]).doc
     sel = doc["selection"]

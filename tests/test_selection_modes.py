@@ -17,23 +17,17 @@ import numpy as np
 import pytest
 
 from audits import mechanism
-from release.config import DEFAULT_DELTA, load_config
+from release.config import DEFAULT_DELTA, SelectionConfig, load_config
 from release.opendp_mechanisms import (
     approx_dp_of,
     gaussian_scale,
     gaussian_with_scale,
     zcdp_budget,
 )
-from release.selection import (
-    PoolSource,
-    PrivateClasses,
-    SelectionConfig,
-    gaussian_statistics,
-    run_selection,
-)
+from release.selection import PoolSource, PrivateClasses, get, run_selection
+from selpe_audit.artifact.guarantees import gdp_interpretation, gdp_reconstruction_bound
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
-from selpe_audit.artifact.guarantees import gdp_interpretation, gdp_reconstruction_bound
 from selpe_audit.kernel.distance import Kernel, KernelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +73,7 @@ def test_a_person_moves_the_statistics_by_at_most_the_sensitivity(demo_schema, k
         f = kernel.featurize(pool.generate(class_value=c, positives=[], negatives=[],
                                            hints=None, n=6))
         pools[c] = (f, kernel.fit_scale(f))
-    stats = gaussian_statistics(cfg, kernel, pools, 1)
+    stats = get(mode).statistics(cfg, kernel, pools, 1)
     person = []
     for c in (2, 4, 4):
         r = dict(rows[0], acuity=c, heart_rate=230, age=0, patient_id="PNEW")
@@ -128,6 +122,17 @@ def test_mechanism_audit_passes_and_catches_miscalibration(demo_schema, mode):
     assert not bad["passed"] and bad["eps_lb"] > 1.0
 
 
+@pytest.mark.parametrize("mode", ["pe-histogram", "representatives"])
+def test_mu_audit_flags_a_factor_two_in_the_noise(demo_schema, mode):
+    """Issue 18 item 6: half the noise scale (mu doubled) passes the epsilon test but not
+    the audit in mu."""
+    bad = mechanism.audit(mechanism.gaussian_neighbours(demo_schema, mode, 1.0,
+                                                        scale_factor=0.5), runs=1000)
+    assert not bad["passed"] and not bad["mu"]["passed"]
+    assert bad["mu"]["mu_ci99"][0] > bad["mu"]["claimed_mu"]
+    assert bad["details"]["mu"] == pytest.approx(2 * bad["mu"]["claimed_mu"], rel=1e-6)
+
+
 def test_mechanism_cli_runs_a_gaussian_mode(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="160")
     r = subprocess.run([EXE, "audit", "mechanism", "--kind", "representatives", "--runs", "300",
@@ -153,15 +158,14 @@ def _cfg(tmp_path, **over):
 ])
 def test_config_errors_are_one_line(tmp_path, over, message):
     with pytest.raises(UserError) as e:
-        _cfg(tmp_path, counts_share=0.5, selection_share=0.5, **over).check()
+        _cfg(tmp_path, counts_share=0.5, selection_share=0.5, **over)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
 def test_delta_defaults_per_mode(tmp_path):
     on = {"counts_share": 0.5, "selection_share": 0.5}
-    assert _cfg(tmp_path, **on).check().selection_delta == 0.0
-    assert _cfg(tmp_path, selection_mode="pe-histogram", **on).check().selection_delta \
-        == DEFAULT_DELTA
+    assert _cfg(tmp_path, **on).selection_delta == 0.0
+    assert _cfg(tmp_path, selection_mode="pe-histogram", **on).selection_delta == DEFAULT_DELTA
     assert _cfg(tmp_path, selection_mode="pe-histogram", delta=1e-8,
-                **on).check().selection_delta == 1e-8
-    assert _cfg(tmp_path, selection_mode="pe-histogram").check().selection_delta == 0.0
+                **on).selection_delta == 1e-8
+    assert _cfg(tmp_path, selection_mode="pe-histogram").selection_delta == 0.0

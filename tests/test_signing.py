@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from selpe_audit.artifact.canonical import atomic_write_json
-from selpe_audit.errors import UserError
 from selpe_audit.artifact.signing import SIGNATURES_DIR, generate_keypair, sign_file, verify_bytes
+from selpe_audit.errors import UserError
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The release artifact: canonical JSON, Ed25519 signing, the document's JSON Schema, the
-derived guarantees, and the typed read-only view that review, decode and audits read.
+selection modes' public descriptors, the derived guarantees, and `view.ReleaseView`, the typed
+read-only view that review, decode and the audits read instead of the raw dictionary.
 
-Imports only `selpe_audit.schema` and `selpe_audit.errors` from the core: everything else in
-the core may depend on the artifact, never the other way round.
+May import `selpe_audit.schema` and `selpe_audit.errors` only (import-linter's layers
+contract): everything else in the core may depend on the artifact, never the other way round.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import platform
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from selpe_audit import __version__
+from selpe_audit.artifact import modes
 from selpe_audit.artifact.canonical import atomic_write_json, canonical_bytes
-from selpe_audit.errors import UserError
 from selpe_audit.artifact.signing import (
     SIGNATURES_DIR,
     Verification,
@@ -28,6 +29,8 @@ from selpe_audit.artifact.signing import (
     sign_file,
     verify_bytes,
 )
+from selpe_audit.artifact.view import ReleaseView
+from selpe_audit.errors import UserError
 
 RELEASE_FILE = "release.json"
 FORMAT = "selpe-audit/release"
@@ -54,12 +57,30 @@ _LEDGER_ENTRY = {
         "mu": {"type": "number", "minimum": 0},
     },
 }
+_TEXT = {"type": "string"}
+#: Optional (format 1): which enclave ledger and which entry of it charged the release. No
+#: path: the ledger id is random per ledger folder, the reservation id random per release.
+_LIFETIME_LEDGER = {
+    "type": "object",
+    "required": ["ledger_id", "dataset", "reservation_id"],
+    "properties": {
+        "ledger_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+        "dataset": {"type": "string", "minLength": 1},
+        "reservation_id": {"type": "string", "pattern": "^[0-9a-f]{12}$"},
+        "lifetime_epsilon": {"type": "number", "exclusiveMinimum": 0},
+        "lifetime_delta": {"type": "number", "minimum": 0, "maximum": 1},
+        "committed_epsilon": {"type": "number", "minimum": 0},
+        "committed_delta": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+}
 _PR = {"type": "array", "items": {"type": "object", "required": ["prior", "success_max"],
                                   "properties": {"prior": _NUM, "success_max": _NUM}}}
-_SELECTION = {
-    "type": ["object", "null"],
-    "properties": {
-        "mode": {"enum": ["selpe", "pe-histogram", "representatives"]},
+
+
+def _selection_schema() -> dict[str, Any]:
+    """The selection block: the mode enum and each mode's own block, from the registry."""
+    props: dict[str, Any] = {
+        "mode": {"enum": list(modes.mode_names())},
         "accounting": {
             "type": "object",
             "required": ["mode", "measure", "epsilon", "delta"],
@@ -68,66 +89,95 @@ _SELECTION = {
                            "rho": {"type": ["number", "null"], "minimum": 0},
                            "mu": {"type": ["number", "null"], "minimum": 0}},
         },
-    },
-}
+    }
+    for d in modes.modes():
+        if d.block_key is not None:
+            props[d.block_key] = dict(d.block_schema)
+    return {"type": ["object", "null"], "properties": props}
 
-ARTIFACT_JSON_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "selpe-audit release.json, format version 1",
-    "type": "object",
-    "required": ["format", "format_version", "tool", "dataset", "schema", "schema_sha256",
-                 "privacy_unit", "release_key_id", "budget", "ledger", "guarantees", "counts",
-                 "selection"],
-    "additionalProperties": False,
-    "properties": {
-        "format": {"const": FORMAT},
-        "format_version": {"const": FORMAT_VERSION},
-        "tool": {"type": "object", "additionalProperties": {"type": "string"}},
-        "dataset": {"type": "string", "minLength": 1},
-        "schema": {"type": "object"},
-        "schema_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-        "privacy_unit": {
-            "type": "object",
-            "required": ["unit"],
-            "properties": {
-                "unit": {"enum": ["row", "person"]},
-                "id_field": {"type": "string"},
-                "max_contributions": {"type": "integer", "minimum": 1},
+
+def artifact_json_schema() -> dict[str, Any]:
+    """The artifact's JSON Schema, with the selection modes registered now."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "selpe-audit release.json, format version 1",
+        "type": "object",
+        "required": ["format", "format_version", "tool", "dataset", "schema", "schema_sha256",
+                     "privacy_unit", "release_key_id", "budget", "ledger", "guarantees", "counts",
+                     "selection"],
+        "additionalProperties": False,
+        "properties": {
+            "format": {"const": FORMAT},
+            "format_version": {"const": FORMAT_VERSION},
+            "tool": {"type": "object", "additionalProperties": {"type": "string"}},
+            "dataset": {"type": "string", "minLength": 1},
+            # Where the private rows came from, without saying where that is: a file format,
+            # or a database kind and the SHA-256 of the query (never host, user or query).
+            "source": {"type": "object", "additionalProperties": False,
+                       "required": ["kind"],
+                       "properties": {"kind": {"enum": ["file", "postgresql"]},
+                                      "format": {"enum": ["csv", "parquet", "jsonl"]},
+                                      "query_sha256": {"type": "string",
+                                                       "pattern": "^[0-9a-f]{64}$"}}},
+            "schema": {"type": "object"},
+            "schema_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "privacy_unit": {
+                "type": "object",
+                "required": ["unit"],
+                "properties": {
+                    "unit": {"enum": ["row", "person"]},
+                    "id_field": {"type": "string"},
+                    "max_contributions": {"type": "integer", "minimum": 1},
+                    # optional (format 1): the guarantee's subject in words, and how each
+                    # mechanism bounds one unit's rows
+                    "protects": _TEXT,
+                    "bounding": {"type": "object", "additionalProperties": _TEXT},
+                },
             },
-        },
-        "release_key_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
-        "budget": {
-            "type": "object",
-            "required": ["epsilon", "delta", "split"],
-            "properties": {
-                "epsilon": {"type": "number", "exclusiveMinimum": 0},
-                "delta": {"type": "number", "minimum": 0, "maximum": 1},
-                "split": {"type": "object", "additionalProperties": _NUM},
+            "release_key_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+            "budget": {
+                "type": "object",
+                "required": ["epsilon", "delta", "split"],
+                "properties": {
+                    "epsilon": {"type": "number", "exclusiveMinimum": 0},
+                    "delta": {"type": "number", "minimum": 0, "maximum": 1},
+                    "split": {"type": "object", "additionalProperties": _NUM},
+                    "lifetime_ledger": _LIFETIME_LEDGER,
+                },
             },
-        },
-        "ledger": {
-            "type": "object",
-            "required": ["entries", "total_epsilon", "total_delta", "accountant"],
-            "properties": {
-                "entries": {"type": "array", "items": _LEDGER_ENTRY},
-                "total_epsilon": {"type": "number", "minimum": 0},
-                "total_delta": {"type": "number", "minimum": 0, "maximum": 1},
-                "accountant": {"type": "string"},
+            "ledger": {
+                "type": "object",
+                "required": ["entries", "total_epsilon", "total_delta", "accountant"],
+                "properties": {
+                    "entries": {"type": "array", "items": _LEDGER_ENTRY},
+                    "total_epsilon": {"type": "number", "minimum": 0},
+                    "total_delta": {"type": "number", "minimum": 0, "maximum": 1},
+                    "accountant": {"type": "string"},
+                },
             },
+            "guarantees": {
+                "type": "object",
+                "properties": {"protects": _TEXT, "selection_gdp": {
+                    "type": "object", "required": ["mu", "formula", "reconstruction_success_max"],
+                    "properties": {"mu": {"type": "number", "minimum": 0},
+                                   "reconstruction_success_max": _PR}}},
+            },
+            "counts": {"type": "object"},
+            "selection": _selection_schema(),
+            "created": {"type": "string"},
         },
-        "guarantees": {
-            "type": "object",
-            "properties": {"selection_gdp": {
-                "type": "object", "required": ["mu", "formula", "reconstruction_success_max"],
-                "properties": {"mu": {"type": "number", "minimum": 0},
-                               "reconstruction_success_max": _PR}}},
-        },
-        "counts": {"type": "object"},
-        "selection": _SELECTION,
-        "created": {"type": "string"},
-    },
-}
-_VALIDATOR = Draft202012Validator(ARTIFACT_JSON_SCHEMA)
+    }
+
+
+_VALIDATORS: dict[tuple[str, ...], Draft202012Validator] = {}
+
+
+def _validator() -> Draft202012Validator:
+    """One validator per set of registered modes (built once, rebuilt if a mode is added)."""
+    names = modes.mode_names()
+    if names not in _VALIDATORS:
+        _VALIDATORS[names] = Draft202012Validator(artifact_json_schema())
+    return _VALIDATORS[names]
 
 
 def tool_versions() -> dict[str, str]:
@@ -150,7 +200,7 @@ def check_release_document(doc: Any, source: str = RELEASE_FILE) -> None:
     if version != FORMAT_VERSION:
         raise UserError(f"{source}: unknown format version {version!r}; this tool reads version "
                         f"{FORMAT_VERSION} - use a matching selpe-audit release")
-    err = next(iter(sorted(_VALIDATOR.iter_errors(doc), key=lambda e: list(e.path))), None)
+    err = next(iter(sorted(_validator().iter_errors(doc), key=lambda e: list(e.path))), None)
     if err is not None:
         where = "/".join(str(x) for x in err.absolute_path) or "top level"
         raise UserError(f"{source}: malformed at {where} ({err.validator} check failed)")
@@ -192,6 +242,12 @@ class VerifiedRelease:
         """Trusted signatures other than the release key's own."""
         rk = self.doc["release_key_id"]
         return tuple(k for k in self.verification.valid_key_ids if k != rk)
+
+    @cached_property
+    def view(self) -> ReleaseView:
+        """The typed view, every shape checked against the embedded schema; parsed once,
+        on first use (a malformed block is a one-line `UserError`)."""
+        return ReleaseView.checked(self.doc)
 
 
 def read_release(artifact_dir: str | Path, trusted: list[str | Path],

@@ -11,12 +11,18 @@
   r = Phi(Phi^-1(p) + mu) (Dong, Roth & Su 2022: the mu-GDP trade-off curve read as a bound
   on reconstruction). Reported for the selection step only, next to the (epsilon, delta)
   guarantee, never instead of it.
+
+Every statement names what is protected: the privacy unit and its bound ("any one row",
+"any one person, up to k rows each in the counts"). With row units a person with m rows
+is protected only at m times epsilon (group privacy), and the statements say so.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from statistics import NormalDist
+from typing import Any
 
 FPRS = (0.01, 0.001)
 PRIORS = (1e-2, 1e-4)
@@ -44,24 +50,56 @@ def reconstruction_bound(epsilon: float, delta: float, prior: float) -> float:
     return min(1.0, e * prior + delta, 1.0 - (1.0 - prior - delta) / e)
 
 
-def derived_guarantees(epsilon: float, delta: float) -> dict:
-    """The guarantees block of release.json, numbers and plain words."""
+GROUP_SIZES = (2, 5)  # rows of one person, for the row-unit warning
+
+
+def protects(privacy_unit: Mapping[str, Any] | None) -> str:
+    """What one neighbouring step adds or removes, in words: the guarantee's subject."""
+    unit = (privacy_unit or {}).get("unit", "row")
+    if unit != "person":
+        return "any one row"
+    k = (privacy_unit or {}).get("max_contributions")
+    if isinstance(k, int) and not isinstance(k, bool):
+        return f"any one person, up to {k} row{'s' if k != 1 else ''} each in the counts"
+    return "any one person"
+
+
+def group_warning(epsilon: float, delta: float) -> str:
+    """Row units: what a person with several rows gets (group privacy, m x epsilon)."""
+    examples = ", ".join(f"{m} rows: epsilon {m * epsilon:.3g}" for m in GROUP_SIZES)
+    more = " and a larger delta" if delta else ""
+    return (f"The privacy unit is one row: a person with m rows in the data is protected only "
+            f"at m times epsilon{more} ({examples}); use unit = 'person' when people can "
+            "have several rows.")
+
+
+def derived_guarantees(epsilon: float, delta: float,
+                       privacy_unit: Mapping[str, Any] | None = None) -> dict:
+    """The guarantees block of release.json, numbers and plain words by privacy unit."""
     adv = advantage_bound(epsilon, delta)
     tprs = [{"fpr": f, "tpr_max": tpr_bound(epsilon, delta, f)} for f in FPRS]
     recon = [{"prior": p, "success_max": reconstruction_bound(epsilon, delta, p)}
              for p in PRIORS]
+    subject = protects(privacy_unit)
+    row_unit = (privacy_unit or {}).get("unit", "row") != "person"
+    member = "rows" if row_unit else "people"
     words = [
-        f"An attacker trying to tell whether one person's records were used succeeds at most "
-        f"{100 * adv:.1f} percentage points more often than by guessing (advantage <= "
-        f"tanh(eps/2) = {adv:.3f}).",
+        f"The guarantee protects {subject}.",
+        f"An attacker trying to tell whether one {'row' if row_unit else 'person'} was in the "
+        f"data succeeds at most {100 * adv:.1f} percentage points more often than by guessing "
+        f"(advantage <= tanh(eps/2) = {adv:.3f}).",
         *(f"At a false-positive rate of {100 * t['fpr']:g} %, any membership test catches at "
-          f"most {100 * t['tpr_max']:.2f} % of members." for t in tprs),
-        *(f"A secret an attacker could guess with probability {r['prior']:g} beforehand can be "
-          f"reconstructed with probability at most {r['success_max']:.3g}." for r in recon),
+          f"most {100 * t['tpr_max']:.2f} % of member {member}." for t in tprs),
+        *(f"A secret of {subject} that an attacker could guess with probability "
+          f"{r['prior']:g} beforehand can be reconstructed with probability at most "
+          f"{r['success_max']:.3g}." for r in recon),
     ]
+    if row_unit:
+        words.append(group_warning(epsilon, delta))
     return {
         "epsilon": epsilon,
         "delta": delta,
+        "protects": subject,
         "membership_advantage_max": adv,
         "membership_tpr_max": tprs,
         "reconstruction_success_max": recon,

@@ -1,5 +1,7 @@
-"""The console script ``selpe-audit``: the command registry (entry points), keygen, doctor.
+"""The console script ``selpe-audit``: the `command.Command` shape, the entry-point registry
+(`main`), keygen and doctor.
 
-May import every other part of the shared core; the stage packages (release, decode, audits)
-plug their commands in through the ``selpe_audit.commands`` entry points, never by import.
+May import llm, kernel, artifact, schema and errors. Every command - review, demo and the
+stage packages' (release, decode, audits) - plugs in through the ``selpe_audit.commands``
+entry points, never by import, so the CLI depends on no stage and on no UI.
 """

@@ -11,27 +11,13 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from selpe_audit.errors import NotAvailableYet
-
 
 @dataclass(frozen=True)
 class Command:
+    """A subcommand: its name and words for --help, its arguments, and what it runs."""
+
     name: str
     help: str
     description: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
-
-
-def not_available(name: str, what: str, issue: int) -> Callable[[argparse.Namespace], int]:
-    """A handler for a stage that has not been built yet: says so and exits non-zero."""
-
-    def run(_: argparse.Namespace) -> int:
-        raise NotAvailableYet(f"'selpe-audit {name}' is not available yet: {what} has not "
-                              f"been built (tracked in issue #{issue})")
-
-    return run
-
-
-def no_arguments(_: argparse.ArgumentParser) -> None:
-    return None

@@ -167,7 +167,9 @@ def _cgroup_cpus() -> str:
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
     except (OSError, ValueError):
         return "no cgroup limit found"
-    return "no cgroup limit" if quota == "max" else f"cgroup limit {int(quota) / int(period):g} CPUs"
+    if quota == "max":
+        return "no cgroup limit"
+    return f"cgroup limit {int(quota) / int(period):g} CPUs"
 
 
 def check_cpu() -> list[Check]:

@@ -6,8 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from selpe_audit.cli.command import Command
 from selpe_audit.artifact.signing import generate_keypair
+from selpe_audit.cli.command import Command
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:

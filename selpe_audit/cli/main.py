@@ -20,11 +20,12 @@ from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 
 ENTRY_POINT_GROUP = "selpe_audit.commands"
-ORDER = ["keygen", "release", "review", "approve", "decode", "audit", "demo"]
+ORDER = ["keygen", "release", "ledger", "review", "approve", "decode", "audit", "demo", "doctor"]
 
 EPILOG = """workflows:
   data steward (enclave):  selpe-audit keygen keys/release.pem
                            selpe-audit release --config release.toml
+                           selpe-audit ledger show
   privacy reviewer:        selpe-audit review out/release
                            selpe-audit approve out/release --key me.pem
   analyst (off-site):      selpe-audit decode out/release --trust release.pub.pem \\

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from rich.table import Table
 
 from selpe_audit.cli.command import Command
 from selpe_audit.demo.generator import generate_rows, write_rows
-from selpe_audit.errors import NotAvailableYet, UserError
+from selpe_audit.errors import UserError
 from selpe_audit.schema import demo_schema_path
 
 DATA = Path(__file__).parents[1] / "data" / "ed_triage_sample.csv"
@@ -39,6 +40,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", action="store_true", help="keep an existing output folder")
 
 
+def _demo_ledger(out: Path) -> list[str]:
+    """A demo ledger beside the demo's outputs, unless the installation (the enclave image)
+    fixes the ledger folder (``SELPE_AUDIT_LEDGER_FIXED``): then the demo charges that one."""
+    fixed = os.environ.get("SELPE_AUDIT_LEDGER_FIXED", "").strip().lower()
+    return [] if fixed in ("1", "true", "yes", "on") else [
+        "--lifetime-ledger", str(out / "enclave-ledger")]
+
+
 def steps(out: Path, epsilon: float, n: int, llm_n: int,
           llm_candidates: bool = False) -> list[tuple[str, list[str]]]:
     """The demo as the command lines a steward, reviewer, analyst and auditor would run."""
@@ -54,7 +63,7 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
             "release", "--config", str(Path(__file__).parents[1] / "data" / "demo_release.toml"),
             "--data", str(DATA), "--schema", schema, "--out", str(art),
             "--key", str(keys / "release.pem"), "--epsilon", str(epsilon),
-            "--lifetime-ledger", str(out / "enclave-ledger"),
+            *_demo_ledger(out),
             *(["--rounds", "2", "--k", "2"] if llm_candidates
               else ["--candidates", str(out / "candidate_pool.jsonl")])]),
         ("review", ["review", str(art), "--trust", str(keys / "release.pub.pem")]),
@@ -110,9 +119,6 @@ def _run(args: argparse.Namespace) -> int:
             took = f"{time.perf_counter() - t0:.0f} s"
             summary.add_row(title, f"[green]done[/] ({took})" if code == 0
                             else f"[red]exit {code}[/] ({took})")
-        except NotAvailableYet as e:
-            con.print(f"[yellow]{e}[/]")
-            summary.add_row(title, "[yellow]not built yet[/]")
         except UserError:
             summary.add_row(title, "[red]failed[/]")
             con.print(summary)

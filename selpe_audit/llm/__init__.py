@@ -1,5 +1,7 @@
 """The local LLM engine: model files and hashes, the GBNF grammar built from a schema,
-prompts, and batched constrained generation over llama.cpp.
+prompts, the llama.cpp batch engine (`engine`) and two-stage record generation
+(`generation`).
 
-Public inputs only: nothing here ever sees a private row. Imports the schema and errors.
+Public inputs only: nothing here ever sees a private row. May import the schema and errors
+only (independent of `selpe_audit.kernel`).
 """

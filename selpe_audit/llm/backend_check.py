@@ -110,7 +110,8 @@ def check_backend(model: str | Path, *, tokens: int = 32, timeout: float = 300.0
         return BackendCheck(False, "llama.cpp check printed no result")
     tps = res["tokens"] / res["gen_s"] if res["gen_s"] > 0 and res["tokens"] else None
     feats = build_features(res["system_info"])
-    speed = f"{tps:.0f} tokens/s" if tps else "no tokens generated"
+    speed = (f"{tps:.1f} tokens/s" if tps < 10 else f"{tps:.0f} tokens/s") if tps else \
+        "no tokens generated"
     return BackendCheck(True, f"llama.cpp {res['version']} runs: {speed} on {_threads()} "
                               f"threads; build uses {feats or 'no SIMD'}",
                         tokens_per_s=tps, cpu_features=feats, gpu_offload=res["gpu_offload"],

@@ -16,6 +16,9 @@ one JSON object in a fixed compact layout, fields in schema order::
 `render_record` writes a record in exactly that layout, so the grammar accepts a text if and
 only if it is ``render_record(r)`` for a record ``r`` that the JSON Schema accepts and whose
 strings avoid the excluded characters. Every generated record is still validated.
+
+About 400 lines on purpose: the grammar, the renderer and the parser must agree character
+for character, so they stay side by side.
 """
 
 from __future__ import annotations

@@ -179,6 +179,15 @@ def _backend_init() -> None:
         _BACKEND_READY = True
 
 
+def llama_backend(*, quiet: bool = True) -> Any:
+    """llama-cpp-python's C bindings with the backend initialised (and logging silenced):
+    for code that needs llama.cpp calls the `LLM` wrapper does not offer (tests' grammar
+    checker)."""
+    _set_quiet(quiet)
+    _backend_init()
+    return _lc()
+
+
 # ----- the loaded model -------------------------------------------------------------------
 
 class LLM:

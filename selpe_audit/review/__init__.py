@@ -1,5 +1,8 @@
-"""What a privacy reviewer sees: the view model (warnings, counts, exemplars), the terminal
-view, the self-contained review.html page, and approval signatures.
+"""What a privacy reviewer sees: warnings and signature status (`view`), the terminal view
+and approval (`terminal`), the self-contained review.html (`page`, with `charts` and
+`style`).
 
-Reads a verified artifact through `selpe_audit.artifact`; never reads private rows.
+Reads the artifact through `selpe_audit.artifact.view.ReleaseView` (tolerantly: a reviewer
+sees a document before anyone trusts it); never reads private rows. May import cli (the
+`Command` shape), artifact, schema and errors.
 """

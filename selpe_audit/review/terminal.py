@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,29 +25,27 @@ from rich.table import Table
 from rich.text import Text
 
 from selpe_audit.artifact.document import RELEASE_FILE, read_release_unverified
+from selpe_audit.artifact.guarantees import protects
+from selpe_audit.artifact.signing import key_id, load_private_key, sign_file
+from selpe_audit.artifact.view import Rate, ReleaseView, as_dict, cell_label
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
+from selpe_audit.review.page import REVIEW_FILE, write_review_html
 from selpe_audit.review.view import (
     EPSILON_HIGH,
     ReviewWarning,
     SignatureStatus,
-    as_dict,
-    as_list,
-    cell_label,
-    class_labels,
     count_flag,
     count_floor,
     display_text,
     exemplars,
     fmt_value,
-    noise_scales,
     record_layout,
     review_warnings,
     signature_statuses,
     signature_warnings,
+    unit_rows,
 )
-from selpe_audit.review.page import REVIEW_FILE, write_review_html
-from selpe_audit.artifact.signing import key_id, load_private_key, sign_file
 
 BAR_WIDTH = 12
 _FLAG_STYLE = {"negative": "red", None: "blue"}
@@ -81,18 +80,18 @@ def _signature_table(statuses: list[SignatureStatus], trusted: list[str]) -> Tab
     return t
 
 
-def _summary_table(doc: dict[str, Any], sha: str) -> Table:
+def _summary_table(view: ReleaseView, sha: str) -> Table:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
-    rows = [("dataset", doc.get("dataset")), ("created", doc.get("created")),
+    doc = view.doc
+    rows = [("dataset", view.dataset), ("created", doc.get("created")),
             ("format", f"{doc.get('format')} v{doc.get('format_version')}"),
-            ("release.json SHA-256", sha), ("schema SHA-256", doc.get("schema_sha256")),
-            ("release key id", doc.get("release_key_id"))]
-    rows += [(f"privacy unit: {k}", v) for k, v in as_dict(doc.get("privacy_unit")).items()]
-    budget = as_dict(doc.get("budget"))
+            ("release.json SHA-256", sha), ("schema SHA-256", view.schema_sha256),
+            ("release key id", view.release_key_id)]
+    rows += unit_rows(view)
     rows += [(f"budget: {k}", v if not isinstance(v, dict) else _json(v))
-             for k, v in budget.items()]
+             for k, v in view.budget.items()]
     rows += [("versions", ", ".join(f"{k} {v}" for k, v in
                                     sorted(as_dict(doc.get("tool")).items())))]
     for k, v in rows:
@@ -100,27 +99,28 @@ def _summary_table(doc: dict[str, Any], sha: str) -> Table:
     return t
 
 
-def _ledger_table(doc: dict[str, Any]) -> Table:
-    ledger = as_dict(doc.get("ledger"))
+def _ledger_table(view: ReleaseView) -> Table:
+    ledger = view.ledger
     t = Table(title=Text("privacy ledger"), title_justify="left")
     for col in ("mechanism id", "mechanism", "constructor", "scale", "epsilon", "delta", "scope",
                 "composition"):
         t.add_column(col, overflow="fold")
-    for e in (as_dict(x) for x in as_list(ledger.get("entries"))):
-        t.add_row(*(_t(e.get(k)) for k in ("id", "mechanism", "constructor", "scale", "epsilon",
-                                            "delta", "scope", "composition")))
-    eps = ledger.get("total_epsilon")
+    for e in ledger.entries:
+        t.add_row(*(_t(v) for v in (e.id, e.mechanism, e.constructor, e.scale, e.epsilon,
+                                    e.delta, e.scope, e.composition)))
+    eps = ledger.total_epsilon
     high = isinstance(eps, int | float) and eps > EPSILON_HIGH
     t.add_row(Text("total", "bold"), "", "", "", _t(eps, "bold red" if high else "bold"),
-              _t(ledger.get("total_delta"), "bold"), "", "", end_section=True)
-    t.caption = Text(display_text(f"accountant: {ledger.get('accountant')}"))
+              _t(ledger.total_delta, "bold"), "", "", end_section=True)
+    t.caption = Text(display_text(f"accountant: {ledger.accountant}"))
     return t
 
 
-def _guarantees(doc: dict[str, Any]) -> Panel:
-    g = as_dict(doc.get("guarantees"))
-    lines = [Text("• ") + _t(s) for s in as_list(g.get("statements"))]
-    lines += [Text("references: ", "dim") + _t(r, "dim") for r in as_list(g.get("references"))]
+def _guarantees(view: ReleaseView) -> Panel:
+    g = view.guarantees
+    lines = [Text("protects: ", "bold") + _t(protects(view.privacy_unit))]
+    lines += [Text("• ") + _t(s) for s in g.statements]
+    lines += [Text("references: ", "dim") + _t(r, "dim") for r in g.references]
     return Panel(Group(*lines) if lines else Text("no guarantees stated", "bold red"),
                  title="what the guarantee means", title_align="left")
 
@@ -135,10 +135,10 @@ def _bar_cell(value: Any, biggest: float, floor: int, scale: float | None) -> Te
     return Text(f"{bar:<{BAR_WIDTH}} {display_text(fmt_value(value)):>5}", style=style)
 
 
-def _count_table(doc: dict[str, Any], title: str, rows: list[str], mechanism_id: Any,
-                 columns: list[tuple[str, list[Any]]]) -> Table:
-    floor = count_floor(doc)
-    scale = noise_scales(doc).get(mechanism_id) if isinstance(mechanism_id, str) else None
+def _count_table(view: ReleaseView, title: str, rows: list[str], mechanism_id: str | None,
+                 columns: list[tuple[str, Sequence[Any]]]) -> Table:
+    floor = count_floor(view)
+    scale = view.ledger.scales().get(mechanism_id) if mechanism_id else None
     nums = [abs(v) for _, vals in columns for v in vals
             if isinstance(v, int | float) and not isinstance(v, bool)]
     biggest = max(nums, default=0)
@@ -152,90 +152,80 @@ def _count_table(doc: dict[str, Any], title: str, rows: list[str], mechanism_id:
     return t
 
 
-def _counts(doc: dict[str, Any]) -> list[Any]:
-    counts = as_dict(doc.get("counts"))
-    label = as_dict(doc.get("schema")).get("x-label", "class")
-    heads = [f"{label} {c}" for c in class_labels(doc)]
+def _counts(view: ReleaseView) -> list[Any]:
+    counts = view.counts
+    label = view.schema_json.get("x-label", "class")
+    heads = [f"{label} {c}" for c in counts.class_balance.classes]
     out: list[Any] = [Text(f"noisy counts: blue = count, yellow = under the floor n_min = "
-                           f"{count_floor(doc)} or within one noise scale of zero, red ▒ = "
+                           f"{count_floor(view)} or within one noise scale of zero, red ▒ = "
                            "negative (noise); decoders clamp at 0", "dim")]
-    cb = as_dict(counts.get("class_balance"))
-    out.append(_count_table(doc, "class balance", ["noisy count"], cb.get("mechanism_id"),
-                            [(h, [v]) for h, v in zip(heads, as_list(cb.get("dp_counts")),
-                                                      strict=False)]))
-    order = [str(f) for f in as_list(as_dict(doc.get("schema")).get("x-field-order"))]
-    hists = as_dict(counts.get("histograms"))
-    for name in [*(f for f in order if f in hists), *(f for f in hists if f not in order)]:
-        h = as_dict(hists[name])
+    cb = counts.class_balance
+    out.append(_count_table(view, "class balance", ["noisy count"], cb.mechanism_id,
+                            [(h, [v]) for h, v in zip(heads, cb.dp_counts, strict=False)]))
+    for h in view.histograms_in_field_order():
         out.append(_count_table(
-            doc, f"histogram {name} ({h.get('kind')}) · {h.get('mechanism_id')}",
-            [str(k) for k in as_list(h.get("keys"))], h.get("mechanism_id"),
-            list(zip(heads, [as_list(r) for r in as_list(h.get("dp_counts_by_class"))],
-                     strict=False))))
-    co = as_dict(counts.get("cohorts"))
-    cohorts = [as_dict(c) for c in as_list(co.get("cohorts"))]
-    if cohorts:
-        rows = [f"{c.get('name')}  where {_json(c.get('where'))}  size "
-                f"{fmt_value(c.get('post_size'))}" for c in cohorts]
-        cols = [(f"{label} {cl}", [_at(as_list(c.get("dp_counts_by_class")), j) for c in cohorts])
-                for j, cl in enumerate(as_list(co.get("classes")))]
-        out.append(_count_table(doc, f"cohorts · {co.get('mechanism_id')}", rows,
-                                co.get("mechanism_id"), cols))
-    out.extend(_rate_table(doc, as_dict(r)) for r in as_list(counts.get("rates")))
-    known = {"class_balance", "histograms", "cohorts", "rates", "signed"}
+            view, f"histogram {h.field} ({h.kind}) · {h.mechanism_id}",
+            [str(k) for k in h.keys], h.mechanism_id,
+            list(zip(heads, h.dp_counts_by_class, strict=False))))
+    co = counts.cohorts
+    if co is not None and co.cohorts:
+        rows = [f"{c.name}  where {_json(c.where)}  size {fmt_value(c.post_size)}"
+                for c in co.cohorts]
+        cols = [(f"{label} {cl}", [_at(c.dp_counts_by_class, j) for c in co.cohorts])
+                for j, cl in enumerate(co.classes)]
+        out.append(_count_table(view, f"cohorts · {co.mechanism_id}", rows, co.mechanism_id,
+                                cols))
+    out.extend(_rate_table(view, r) for r in counts.rates)
     out.extend(Text("other released values ", "bold") + _t(f"{k}: {_json(v)}")
-               for k, v in counts.items() if k not in known)
+               for k, v in counts.extra.items())
     return out
 
 
-def _at(xs: list[Any], i: int) -> Any:
+def _at(xs: Sequence[Any], i: int) -> Any:
     return xs[i] if i < len(xs) else None
 
 
-def _rate_table(doc: dict[str, Any], r: dict[str, Any]) -> Table:
-    floor = count_floor(doc)
-    scale = noise_scales(doc).get(r.get("mechanism_id")) if isinstance(
-        r.get("mechanism_id"), str) else None
-    outcome = as_dict(r.get("outcome"))
-    t = Table(title=_t(f"rate {r.get('name')}: {outcome.get('field')} in "
-                       f"{_json(outcome.get('values'))} · {r.get('mechanism_id')} · suppressed "
-                       f"under n_min = {fmt_value(r.get('n_min'))}"), title_justify="left")
+def _rate_table(view: ReleaseView, r: Rate) -> Table:
+    floor = count_floor(view)
+    scale = view.ledger.scales().get(r.mechanism_id) if r.mechanism_id else None
+    t = Table(title=_t(f"rate {r.name}: {r.outcome_field} in {_json(r.outcome_values)} · "
+                       f"{r.mechanism_id} · suppressed under n_min = {fmt_value(r.n_min)}"),
+              title_justify="left")
     for col in ("cell", "rate", "noisy outcome", "noisy other", "noisy cell size"):
         t.add_column(col)
-    for c in (as_dict(x) for x in as_list(r.get("cells"))):
-        rate = c.get("post_rate")
-        shown = (Text("suppressed", "dim italic") if c.get("suppressed") or
+    for c in r.cells:
+        rate = c.post_rate
+        shown = (Text("suppressed", "dim italic") if c.suppressed or
                  not isinstance(rate, int | float) else Text(f"{100 * rate:.1f} %"))
-        t.add_row(_t(cell_label(c.get("cell"))), shown,
-                  *(_t(c.get(k), "red" if count_flag(c.get(k), floor, scale) else "")
-                    for k in ("dp_n_outcome", "dp_n_other", "post_n_cell")))
+        t.add_row(_t(cell_label(c.cell)), shown,
+                  *(_t(v, "red" if count_flag(v, floor, scale) else "")
+                    for v in (c.dp_n_outcome, c.dp_n_other, c.post_n_cell)))
     return t
 
 
-def _exemplars(doc: dict[str, Any]) -> list[Any]:
-    sel = doc.get("selection")
-    if not isinstance(sel, dict):
+def _exemplars(view: ReleaseView) -> list[Any]:
+    sel = view.selection
+    if sel is None:
         return [Text("no selection block: no exemplars in this release", "dim")]
-    out: list[Any] = [Text("selection config ", "bold") + _t(
-        _json({k: v for k, v in sel.items() if k != "rounds"}))]
-    eps = {fmt_value(as_dict(r).get("round")): as_dict(r).get("epsilon")
-           for r in as_list(sel.get("rounds"))}
+    out: list[Any] = [Text("selection config ", "bold") + _t(_json(sel.config))]
+    eps = {fmt_value(r.round): r.epsilon for r in sel.rounds}
     tables: dict[tuple[str, str], Table] = {}
-    for rnd, cls, role, i, rec in exemplars(doc):
-        key = (fmt_value(rnd), fmt_value(cls))
+    for ex in exemplars(view):
+        rec = ex.record
+        key = (fmt_value(ex.round), fmt_value(ex.class_value))
         if key not in tables:
             tables[key] = Table(title=_t(f"round {key[0]} (epsilon {fmt_value(eps.get(key[0]))})"
                                          f", class {key[1]}"), title_justify="left",
                                 show_lines=True)
             tables[key].add_column("")
             tables[key].add_column("record", overflow="fold")
-        texts, others = record_layout(doc, rec)
+        texts, others = record_layout(view, rec)
         shown = Text("\n").join(_t(k, "dim") + Text(" ") + _t(_plain(rec[k]), "bold")
                                 for k in texts)
         shown.append("\n" if texts else "")
         shown.append_text(Text("  ").join(_t(k, "dim") + Text(" ") + _t(_plain(rec[k]))
                                           for k in others))
-        tables[key].add_row(_t(f"{role} {i + 1}", "bold"), shown)
+        tables[key].add_row(_t(f"{ex.role} {ex.index + 1}", "bold"), shown)
     return out + list(tables.values())
 
 
@@ -264,20 +254,21 @@ def _review_args(p: argparse.ArgumentParser) -> None:
 def _review(args: argparse.Namespace) -> int:
     d = Path(args.artifact)
     doc = read_release_unverified(d)
+    view = ReleaseView.parse(doc)
     sha = hashlib.sha256((d / RELEASE_FILE).read_bytes()).hexdigest()
-    statuses = signature_statuses(d, args.trust, doc.get("release_key_id"))
-    warnings = signature_warnings(doc, statuses) + review_warnings(doc)
+    statuses = signature_statuses(d, args.trust, view.release_key_id)
+    warnings = signature_warnings(view, statuses) + review_warnings(view)
     con = Console(highlight=False)
     con.print(Panel(Text("Shown BEFORE it is trusted: the numbers below are what release.json "
                          "says; the signature status says whether trusted keys signed exactly "
                          "these bytes.", "bold"), title="selpe-audit review", title_align="left"))
     con.print(_signature_table(statuses, args.trust))
-    con.print(_summary_table(doc, sha))
+    con.print(_summary_table(view, sha))
     if warnings:
         con.print(Text(f"{len(warnings)} warning(s): listed at the end", "bold yellow"))
-    con.print(_ledger_table(doc))
-    con.print(_guarantees(doc))
-    for part in [*_counts(doc), *_exemplars(doc)]:
+    con.print(_ledger_table(view))
+    con.print(_guarantees(view))
+    for part in [*_counts(view), *_exemplars(view)]:
         con.print(part)
     con.print(_warnings_table(warnings))
     path = write_review_html(d, doc, signature_status=statuses, path=args.html)
@@ -335,12 +326,13 @@ def _approve(args: argparse.Namespace) -> int:
         raise UserError("no terminal to ask for confirmation; pass --yes to approve without "
                         "asking")
     sha = hashlib.sha256(data).hexdigest()
-    warnings = (signature_warnings(doc, signature_statuses(d, [], doc.get("release_key_id")))
-                + review_warnings(doc))
+    view = ReleaseView.parse(doc)
+    warnings = (signature_warnings(view, signature_statuses(d, [], view.release_key_id))
+                + review_warnings(view))
     con = Console(highlight=False)
-    con.print(_summary_table(doc, sha))
-    con.print(_ledger_table(doc))
-    con.print(_guarantees(doc))
+    con.print(_summary_table(view, sha))
+    con.print(_ledger_table(view))
+    con.print(_guarantees(view))
     con.print(_warnings_table(warnings))
     con.print(Text("Have you run 'selpe-audit review' and read every number? Approving signs "
                    "these exact bytes with your key.", "bold"))

@@ -12,16 +12,18 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 
-from selpe_audit.artifact.document import RELEASE_FILE
 from selpe_audit.artifact.canonical import canonical_bytes
+from selpe_audit.artifact.document import RELEASE_FILE
+from selpe_audit.artifact.guarantees import group_warning, protects
 from selpe_audit.artifact.signing import SIGNATURES_DIR, key_id, load_public_key
+from selpe_audit.artifact.view import Exemplar, ReleaseView, as_dict
 
 EPSILON_HIGH = 4.0  # above this the guarantees are weak enough that a reviewer must decide
 DEFAULT_FLOOR = 10  # n_min when the artifact does not state one
@@ -112,7 +114,7 @@ def signature_statuses(artifact_dir: str | Path, trusted: list[str | Path],
 class ReviewWarning:
     """Something a reviewer must look at: which rule fired, where, and on what."""
 
-    kind: str  # "signature", "schema", "epsilon", "personal data", "small counts"
+    kind: str  # "signature", "schema", "privacy unit", "epsilon", "personal data", ...
     where: str
     reason: str
 
@@ -162,16 +164,22 @@ def personal_data_hits(text: str) -> list[tuple[str, str]]:
     return hits
 
 
-def review_warnings(doc: dict[str, Any]) -> list[ReviewWarning]:
+def review_warnings(doc: Mapping[str, Any] | ReleaseView) -> list[ReviewWarning]:
     """Every warning for the document, in the order the page shows its sections."""
-    return [*_schema_warnings(doc), *_epsilon_warnings(doc), *_exemplar_warnings(doc),
-            *_count_warnings(doc)]
+    view = as_view(doc)
+    return [*_schema_warnings(view), *_unit_warnings(view), *_epsilon_warnings(view),
+            *_exemplar_warnings(view), *_count_warnings(view)]
 
 
-def signature_warnings(doc: dict[str, Any],
+def as_view(doc: Mapping[str, Any] | ReleaseView) -> ReleaseView:
+    """The typed view of a document, read tolerantly (the review shows it before trust)."""
+    return doc if isinstance(doc, ReleaseView) else ReleaseView.parse(doc)
+
+
+def signature_warnings(doc: Mapping[str, Any] | ReleaseView,
                        statuses: list[SignatureStatus]) -> list[ReviewWarning]:
     """A release with no signature by its own release key, or one that fails."""
-    rk = doc.get("release_key_id")
+    rk = as_view(doc).release_key_id
     mine = [s for s in statuses if s.is_release_key]
     if not mine:
         return [ReviewWarning("signature", f"signatures/{rk}.sig",
@@ -180,27 +188,44 @@ def signature_warnings(doc: dict[str, Any],
             for s in statuses if s.status == "INVALID"]
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-
-def _schema_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
+def _schema_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
     """The stated schema hash must be the hash of the schema the document carries."""
     try:
-        actual = hashlib.sha256(canonical_bytes(doc.get("schema"))).hexdigest()
+        actual = hashlib.sha256(canonical_bytes(view.doc.get("schema"))).hexdigest()
     except ValueError:
         actual = None
-    if actual != doc.get("schema_sha256"):
+    if actual != view.schema_sha256:
         yield ReviewWarning("schema", "schema_sha256",
                             "does not match the schema in release.json: decoders that check "
                             "the hash will refuse it, and the schema shown may not be the one "
                             "the release used")
 
 
-def _epsilon_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
-    sources = (("ledger total", as_dict(doc.get("ledger")).get("total_epsilon")),
-               ("budget", as_dict(doc.get("budget")).get("epsilon")))
-    for where, value in sources:
+def unit_rows(view: ReleaseView) -> list[tuple[str, Any]]:
+    """The privacy unit as (label, value) rows, per-mechanism bounding flattened; what the
+    guarantee protects is derived from the unit when an older artifact does not state it."""
+    rows: list[tuple[str, Any]] = [("privacy unit: protects", protects(view.privacy_unit))]
+    for k, v in view.privacy_unit.items():
+        if k == "protects":
+            continue
+        if isinstance(v, Mapping):
+            rows += [(f"privacy unit: {k} ({sub})", x) for sub, x in v.items()]
+        else:
+            rows.append((f"privacy unit: {k}", v))
+    return rows
+
+
+def _unit_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
+    """Row units protect one row: a person with m rows gets only m times epsilon."""
+    if view.privacy_unit.get("unit", "row") != "person":
+        eps = _num(view.ledger.total_epsilon) or _num(view.budget.get("epsilon")) or 0.0
+        delta = _num(view.ledger.total_delta) or 0.0
+        yield ReviewWarning("privacy unit", "privacy_unit", group_warning(eps, delta))
+
+
+def _epsilon_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
+    for where, value in (("ledger total", view.ledger.total_epsilon),
+                         ("budget", view.budget.get("epsilon"))):
         eps = _num(value)
         if eps is not None and eps > EPSILON_HIGH:
             yield ReviewWarning("epsilon", where,
@@ -208,20 +233,13 @@ def _epsilon_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
                                 "and reconstruction bounds are close to vacuous")
 
 
-def count_floor(doc: dict[str, Any]) -> int:
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def count_floor(view: ReleaseView) -> int:
     """The floor n_min under which a noisy count is flagged (budget.counts.n_min)."""
-    n_min = _num(as_dict(as_dict(doc.get("budget")).get("counts")).get("n_min"))
-    return int(n_min) if n_min is not None else DEFAULT_FLOOR
-
-
-def noise_scales(doc: dict[str, Any]) -> dict[str, float]:
-    """Noise scale per mechanism id, from the ledger."""
-    out = {}
-    for e in as_list(as_dict(doc.get("ledger")).get("entries")):
-        scale = _num(as_dict(e).get("scale"))
-        if scale is not None and isinstance(e.get("id"), str):
-            out[e["id"]] = scale
-    return out
+    return view.count_floor(DEFAULT_FLOOR)
 
 
 def count_flag(value: Any, floor: int, scale: float | None) -> str | None:
@@ -238,77 +256,42 @@ def count_flag(value: Any, floor: int, scale: float | None) -> str | None:
     return None
 
 
-def count_series(doc: dict[str, Any]) -> Iterator[tuple[str, str | None, list[tuple[str, Any]]]]:
-    """Every released noisy count as (where, mechanism id, [(cell label, value)]) series."""
-    counts = as_dict(doc.get("counts"))
-    cb = as_dict(counts.get("class_balance"))
-    yield ("class balance", cb.get("mechanism_id"),
-           list(zip(_labels(cb.get("classes")), as_list(cb.get("dp_counts")), strict=False)))
-    for field, h in as_dict(counts.get("histograms")).items():
-        h = as_dict(h)
-        for cls, row in zip(class_labels(doc), as_list(h.get("dp_counts_by_class")), strict=False):
-            yield (f"histogram {field}, class {cls}", h.get("mechanism_id"),
-                   list(zip(_labels(h.get("keys")), as_list(row), strict=False)))
-    co = as_dict(counts.get("cohorts"))
-    for c in as_list(co.get("cohorts")):
-        c = as_dict(c)
-        yield (f"cohort {c.get('name')}", co.get("mechanism_id"),
-               [(f"class {k}", v) for k, v in zip(_labels(co.get("classes")),
-                                                   as_list(c.get("dp_counts_by_class")),
-                                                   strict=False)])
-    for r in as_list(counts.get("rates")):
-        r = as_dict(r)
-        cells = []
-        for c in as_list(r.get("cells")):
-            c = as_dict(c)
-            label = cell_label(c.get("cell"))
-            cells += [(f"{label} outcome", c.get("dp_n_outcome")),
-                      (f"{label} other", c.get("dp_n_other"))]
-        yield f"rate {r.get('name')}", r.get("mechanism_id"), cells
-
-
-def _count_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
-    floor, scales = count_floor(doc), noise_scales(doc)
-    for where, mid, cells in count_series(doc):
-        scale = scales.get(mid) if isinstance(mid, str) else None
-        flagged = [(k, v, f) for k, v in cells if (f := count_flag(v, floor, scale))]
+def _count_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
+    floor, scales = count_floor(view), view.ledger.scales()
+    for series in view.counts.series():
+        scale = scales.get(series.mechanism_id) if series.mechanism_id else None
+        flagged = [(k, v, f) for k, v in series.cells if (f := count_flag(v, floor, scale))]
         if flagged:
-            yield ReviewWarning("small counts", where,
-                                f"{len(flagged)} of {len(cells)} noisy counts need a second "
-                                "look (noise dominates them): "
+            yield ReviewWarning("small counts", series.where,
+                                f"{len(flagged)} of {len(series.cells)} noisy counts need a "
+                                "second look (noise dominates them): "
                                 + "; ".join(f"{k} = {v} ({f})" for k, v, f in flagged))
 
 
-def _exemplar_warnings(doc: dict[str, Any]) -> Iterator[ReviewWarning]:
-    id_field = as_dict(doc.get("schema")).get("x-id")
-    for rnd, cls, role, i, record in exemplars(doc):
-        where = f"round {rnd}, class {cls}, {role} {i + 1}"
-        if isinstance(id_field, str) and id_field in record:
+def _exemplar_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
+    id_field = view.schema_json.get("x-id")
+    for ex in exemplars(view):
+        where = f"round {ex.round}, class {ex.class_value}, {ex.role} {ex.index + 1}"
+        if isinstance(id_field, str) and id_field in ex.record:
             yield ReviewWarning("personal data", f"{where}, field {id_field}",
                                 f"carries the person-id field '{id_field}', which is never "
                                 "released")
-        for path, text in _strings(record):
+        for path, text in _strings(ex.record):
             for pattern, match in personal_data_hits(text):
                 yield ReviewWarning("personal data", f"{where}, field {path}",
                                     f"looks like a {pattern}: '{match}'")
 
 
-def exemplars(doc: dict[str, Any]) -> Iterator[tuple[Any, Any, str, int, dict[str, Any]]]:
-    """(round, class, 'winner'|'partner', index, record) for every selected record."""
-    for rnd in as_list(as_dict(doc.get("selection")).get("rounds")):
-        rnd = as_dict(rnd)
-        for c in as_list(rnd.get("classes")):
-            c = as_dict(c)
-            for role, key in (("winner", "winners"), ("partner", "partners")):
-                for i, rec in enumerate(as_list(c.get(key))):
-                    yield rnd.get("round"), c.get("class"), role, i, as_dict(rec)
+def exemplars(view: ReleaseView) -> Iterator[Exemplar]:
+    """Every selected record, in document order (none without a selection block)."""
+    if view.selection is not None:
+        yield from view.selection.exemplars()
 
 
-def record_layout(doc: dict[str, Any], rec: dict[str, Any]) -> tuple[list[str], list[str]]:
+def record_layout(view: ReleaseView, rec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """A record's keys split into free text (shown large) and the rest, in schema order."""
-    schema = as_dict(doc.get("schema"))
-    props = as_dict(schema.get("properties"))
-    order = [str(f) for f in as_list(schema.get("x-field-order"))]
+    props = as_dict(view.schema_json.get("properties"))
+    order = view.field_order
     keys = [k for k in order if k in rec] + sorted(k for k in rec if k not in order)
 
     def is_text(k: str) -> bool:
@@ -333,31 +316,3 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(value, list):
         for i, v in enumerate(value):
             yield from _strings(v, f"{path}[{i}]")
-
-
-# ----- tolerant access (the page must render whatever extra keys a later format adds) -------
-
-def as_dict(x: Any) -> dict[str, Any]:
-    """``x`` if it is a JSON object, else an empty one."""
-    return x if isinstance(x, dict) else {}
-
-
-def as_list(x: Any) -> list[Any]:
-    """``x`` if it is a JSON array, else an empty one."""
-    return x if isinstance(x, list) else []
-
-
-def _labels(x: Any) -> list[str]:
-    return [str(v) for v in as_list(x)]
-
-
-def class_labels(doc: dict[str, Any]) -> list[str]:
-    """The class values in the order every per-class block lists them."""
-    return _labels(as_dict(as_dict(doc.get("counts")).get("class_balance")).get("classes"))
-
-
-def cell_label(cell: Any) -> str:
-    """``{"arrival_mode": "walk-in"}`` -> ``arrival_mode=walk-in``."""
-    if isinstance(cell, dict):
-        return ", ".join(f"{k}={v}" for k, v in cell.items())
-    return str(cell)

@@ -8,7 +8,7 @@ representatives vote. Per class:
    come from the candidate pool only.
 2. Private statistics: each private row is assigned to its nearest anchor; its offset from
    the anchor, projected on the basis, is clipped to norm R. Per anchor: the weighted count
-   and the weighted sum of clipped offsets (weights from `release.gaussian_votes`, so a
+   and the weighted sum of clipped offsets (weights from `release.selection.gaussian`, so a
    privacy unit moves the count block by <= 1 and the sum block by <= R in L2: sensitivity
    sqrt(1 + R^2) for the joint vector). OpenDP's Gaussian noises all classes in one go.
 3. Post-processing, inside the measurement: noisy center = anchor + basis @ (noisy sum /
@@ -26,25 +26,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.utils.extmath import randomized_svd
 
-from release.gaussian_votes import block_offsets, rank_votes, row_weights
+from release.config import SelectionConfig
+from release.selection.gaussian import (
+    GaussianStatistics,
+    GaussianVotesMode,
+    block_offsets,
+    rank_votes,
+    row_weights,
+)
+from release.selection.registry import register
+from release.selection.types import Pools, PrivateClasses
+from selpe_audit.artifact.modes import REPRESENTATIVES, ModeDescriptor
 from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 
-if TYPE_CHECKING:
-    from release.selection import PrivateClasses
-
-MECHANISM = ("Gaussian noise on anchor counts and clipped offset sums (representatives, "
-             "SecPE)")
 _NORM_FLOOR = 1e-12
 _CHUNK = 2048  # private rows per block
 _KMEANS_DIMS = 32  # principal components k-means runs on
-
-Pools = dict[Any, tuple[Features, NumericScale]]
 
 
 def sensitivity(radius: float) -> float:
@@ -145,11 +148,11 @@ def stats_vector(priv: PrivateClasses, kernel: Kernel, pools: Pools,
     weights = row_weights(priv)
     blocks = []
     for c, (_, scale) in pools.items():
-        sk, feats = skeletons[c], priv.priv_features.get(c)
-        if feats is None or feats.n == 0:
+        sk, priv_feats = skeletons[c], priv.priv_features.get(c)
+        if priv_feats is None or priv_feats.n == 0:
             blocks.append(np.zeros(sk.size))
         else:
-            blocks.append(class_stats(kernel, feats, scale, weights[c], sk, radius))
+            blocks.append(class_stats(kernel, priv_feats, scale, weights[c], sk, radius))
     return np.concatenate(blocks)
 
 
@@ -175,3 +178,27 @@ def rankings(noisy: Any, kernel: Kernel, pools: Pools,
         np.add.at(votes, near, np.maximum(counts, 0.0))
         out[c] = rank_votes(votes, 0.0)
     return out
+
+
+class RepresentativesMode(GaussianVotesMode):
+    descriptor: ModeDescriptor = REPRESENTATIVES
+
+    def statistics(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools,
+                   t: int) -> GaussianStatistics:
+        skeletons = {c: skeleton(flatten(kernel, f, s), cfg.n_anchors(cfg.quota(t)), cfg.dims,
+                                 seed=t)
+                     for c, (f, s) in pools.items()}  # public: candidates only
+        return GaussianStatistics(
+            sensitivity(cfg.radius),
+            lambda p: stats_vector(p, kernel, pools, skeletons, cfg.radius),
+            lambda noisy, _scale: rankings(noisy, kernel, pools, skeletons))
+
+    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
+        return {"anchors": cfg.anchors or "the round's quota", "radius": cfg.radius,
+                "dims": cfg.dims,
+                "skeleton": "k-means anchors and a PCA basis of the round's candidates (public)",
+                "votes": "noisy center = anchor + basis (noisy offset sum / max(noisy count, "
+                         "1)); each votes for its nearest candidate with its noisy count"}
+
+
+MODE = register(RepresentativesMode())

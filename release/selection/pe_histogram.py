@@ -3,29 +3,33 @@
 Lin et al. (2024) and Aug-PE (Xie et al. 2024): every private row votes for its nearest
 candidate; Gaussian noise on the histogram; candidates whose noisy votes fall below a
 threshold are dropped; the most-voted survive. Here "nearest" is the release's kernel
-distance g, a row votes with its weight from `release.gaussian_votes.row_weights` (so a
+distance g, a row votes with its weight from `release.selection.gaussian.row_weights` (so a
 privacy unit moves the histogram by at most 1 in L2: sensitivity 1), the noise is OpenDP's
-(`release.opendp_mechanisms.gaussian_round`), and the threshold is ``threshold`` noise
+(`release.selection.gaussian`), and the threshold is ``threshold`` noise
 scales. Every private row costs M kernel distances: the cost SecPE's representatives avoid.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from release.gaussian_votes import block_offsets, rank_votes, row_weights
+from release.config import SelectionConfig
+from release.selection.gaussian import (
+    GaussianStatistics,
+    GaussianVotesMode,
+    block_offsets,
+    rank_votes,
+    row_weights,
+)
+from release.selection.registry import register
+from release.selection.types import Pools, PrivateClasses
+from selpe_audit.artifact.modes import PE_HISTOGRAM, ModeDescriptor
 from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 
-if TYPE_CHECKING:
-    from release.selection import PrivateClasses
-
 SENSITIVITY = 1.0  # L2: a unit's row weights sum to 1 and each row votes once
-MECHANISM = "Gaussian noise on the vote histogram (pe-histogram)"
 _CHUNK = 1024  # private rows per distance block (bounds memory at M candidates)
-
-Pools = dict[Any, tuple[Features, NumericScale]]
 
 
 def nearest(kernel: Kernel, priv_features: Features, cand_features: Features,
@@ -44,10 +48,10 @@ def vote_vector(priv: PrivateClasses, kernel: Kernel, pools: Pools) -> np.ndarra
     votes = np.zeros(sum(sizes))
     weights = row_weights(priv)
     for start, (c, (cand, scale)) in zip(block_offsets(sizes), pools.items(), strict=True):
-        feats = priv.priv_features.get(c)
-        if feats is None or feats.n == 0:
+        priv_feats = priv.priv_features.get(c)
+        if priv_feats is None or priv_feats.n == 0:
             continue
-        np.add.at(votes, start + nearest(kernel, feats, cand, scale), weights[c])
+        np.add.at(votes, start + nearest(kernel, priv_feats, cand, scale), weights[c])
     return votes
 
 
@@ -57,3 +61,23 @@ def rankings(noisy: Any, pools: Pools, floor: float) -> dict[Any, list[int]]:
     sizes = [f.n for f, _ in pools.values()]
     return {c: rank_votes(v[s:s + n], floor)
             for c, s, n in zip(pools, block_offsets(sizes), sizes, strict=True)}
+
+
+class PeHistogramMode(GaussianVotesMode):
+    descriptor: ModeDescriptor = PE_HISTOGRAM
+
+    def statistics(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools,
+                   t: int) -> GaussianStatistics:
+        return GaussianStatistics(
+            SENSITIVITY, lambda p: vote_vector(p, kernel, pools),
+            lambda noisy, scale: rankings(noisy, pools, cfg.threshold * scale))
+
+    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
+        return {"threshold_noise_scales": cfg.threshold,
+                "votes": "each private row votes for its nearest candidate (kernel distance) "
+                         "with weight 1 / (its privacy unit's rows): L2 sensitivity 1",
+                "survivors": "candidates with noisy votes above threshold x scale, most votes "
+                             "first, up to the quota (at least the top one)"}
+
+
+MODE = register(PeHistogramMode())

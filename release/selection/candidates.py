@@ -9,11 +9,45 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from release.selection import CandidateSource, PoolSource
+import numpy as np
+
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
+
+
+class CandidateSource(Protocol):
+    """Makes candidate records from public inputs only (schema, earlier DP winners)."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],
+                 hints: dict[str, str] | None, n: int) -> list[dict]: ...
+
+
+
+class PoolSource:
+    """Candidates drawn from a public, pre-generated, schema-valid pool (no LLM needed)."""
+
+    def __init__(self, schema: Schema, records: list[dict], sha256: str, seed: int = 0) -> None:
+        self.schema = schema
+        self.by_class: dict[Any, list[dict]] = {c: [] for c in schema.classes}
+        for r in records:
+            self.by_class[r[schema.label]].append(r)
+        self.sha256 = sha256
+        self.rng = np.random.default_rng(seed)  # candidate sampling is public, not DP noise
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "pool", "sha256": self.sha256,
+                "records_per_class": {str(c): len(v) for c, v in self.by_class.items()}}
+
+    def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],
+                 hints: dict[str, str] | None, n: int) -> list[dict]:
+        pool = self.by_class[class_value] or [r for v in self.by_class.values() for r in v]
+        idx = self.rng.choice(len(pool), size=n, replace=len(pool) < n)
+        return [dict(pool[i], **{self.schema.label: class_value}) for i in idx]
+
 
 
 class LLMSource:

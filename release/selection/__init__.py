@@ -1,0 +1,32 @@
+"""DP selection of synthetic exemplars: SelPE's Algorithm 1 and its round mechanisms.
+
+- `loop`: Algorithm 1 (rounds, quotas, candidates, winners, partners), mode-agnostic;
+- `registry`: the `SelectionMode` protocol and the registry every reader uses;
+- `selpe`, `pe_histogram`, `representatives`: one module per mode, each registering itself
+  (`gaussian`: what the two zCDP modes share);
+- `accounting`: how rounds add up (pure epsilon or zCDP -> (epsilon, delta));
+- `candidates`: where candidates come from (public pool or local LLM);
+- `types`: the shared data types.
+
+Importing the package registers the built-in modes. Modules here import `release.config`,
+`release.ledger`, `release.opendp_mechanisms` (every OpenDP call) and the shared core, and
+never the package itself, so there are no cycles (import-linter checks it).
+"""
+
+from release.selection import pe_histogram, representatives, selpe
+from release.selection.candidates import CandidateSource, LLMSource, PoolSource
+from release.selection.loop import run_selection
+from release.selection.registry import SelectionMode, get, register, selection_modes
+from release.selection.types import (
+    Accounting,
+    OneClassPerUnit,
+    PrivateClasses,
+    RoundOutput,
+    SelectionRun,
+    unit_id_of,
+)
+
+__all__ = ["Accounting", "CandidateSource", "LLMSource", "OneClassPerUnit", "PoolSource",
+           "PrivateClasses",
+           "RoundOutput", "SelectionMode", "SelectionRun", "get", "pe_histogram", "register",
+           "representatives", "run_selection", "selection_modes", "selpe", "unit_id_of"]

@@ -1,0 +1,167 @@
+"""SelPE's round (``--selection selpe``, the default): per-batch noisy max, pure epsilon-DP.
+
+Per class, the private units are split into b disjoint batches by a keyed hash of the unit
+id with a fresh key per round. Batch center = per-channel mean; utility of candidate s for
+batch i: u_i(s) = -g(center_i, s), clipped to [-1, 0], so one unit moves one batch's score
+vector by at most 1 in L-inf (not monotone). OpenDP's report-noisy-max at the scale its map
+needs for epsilon_t (2 / epsilon_t) picks one candidate per batch; an empty batch picks
+uniformly. Batches and classes are disjoint: parallel composition. The candidates most
+batches chose win.
+
+The round enforces its own sensitivity: as an OpenDP chain it first applies the
+one-class-per-unit rule (a stable transformation into `OneClassPerUnit`, the only input
+the batch utilities accept), then per (class, batch) a stable transformation to the
+batch's utilities and OpenDP's ``then_noisy_max``, composed in parallel
+(`release.opendp_mechanisms.parallel_batches`). Its epsilon is OpenDP's map of the chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from release.config import SelectionConfig
+from release.ledger import LedgerEntry
+from release.opendp_mechanisms import (
+    NOISY_MAX_CONSTRUCTOR,
+    batch_selector,
+    noisy_max_scale,
+    one_class_per_unit_map,
+    parallel_batches,
+)
+from release.selection.registry import register
+from release.selection.types import (
+    OneClassPerUnit,
+    Pools,
+    PrivateClasses,
+    RoundOutput,
+    SelectionRun,
+)
+from selpe_audit.artifact.modes import SELPE, ModeDescriptor
+from selpe_audit.kernel.distance import Kernel
+from selpe_audit.schema import Schema
+
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.opendp_mechanisms
+    import opendp.prelude as dp
+
+
+def batch_ids(unit_ids: list[str], key: bytes, b: int) -> np.ndarray:
+    """Batch of each unit by a keyed hash of its id: data-independent, fresh key per round,
+    and all rows of one person land in the same batch."""
+    return np.array([int.from_bytes(hmac.new(key, u.encode(), hashlib.sha256).digest()[:8],
+                                    "big") % b for u in unit_ids], dtype=np.int64)
+
+
+def batch_utilities(priv: OneClassPerUnit, kernel: Kernel, pools: Pools, c: Any, i: int,
+                    b: int, key: bytes) -> np.ndarray:
+    """u_i(s) = -g(center_i, s) of batch i of class c (private); zeros for an empty batch or
+    class, so its noisy max picks uniformly at random."""
+    if not isinstance(priv, OneClassPerUnit):  # the rule that makes the batches disjoint
+        raise TypeError("SelPE's batches read a OneClassPerUnit input only")
+    cand_features, num_scale = pools[c]
+    priv_feats = priv.priv_features.get(c)
+    if priv_feats is None or priv_feats.n == 0:
+        return np.zeros(cand_features.n)
+    rows = np.flatnonzero(batch_ids(priv.priv_unit_ids[c], key, b) == i)
+    if rows.size == 0:
+        return np.zeros(cand_features.n)
+    center = kernel.centers(priv_feats.take(rows), np.zeros(rows.size, dtype=np.int64), 1)
+    return 0.0 - kernel.distances(center, cand_features, num_scale)[0]
+
+
+def round_measurement(kernel: Kernel, pools: Pools, b: int, noise_scale: float, key: bytes,
+                      combine: Callable[[dict[Any, list[int]]], Any] | None = None
+                      ) -> dp.Measurement:
+    """The round as an OpenDP chain on the private input: the one-class-per-unit rule, then
+    per (class, batch) its utilities >> OpenDP's noisy max, in parallel. Output: per class,
+    each batch's winning index (``combine`` post-processes it inside the measurement)."""
+    parts = {(c, i): batch_selector(
+        lambda p, c=c, i=i: batch_utilities(p, kernel, pools, c, i, b, key),
+        cand_features.n, noise_scale)
+        for c, (cand_features, _) in pools.items() for i in range(b)}
+
+    def per_class(out: dict[Any, Any]) -> Any:
+        votes = {c: [int(out[(c, i)]) for i in range(b)] for c in pools}
+        return combine(votes) if combine is not None else votes
+
+    return one_class_per_unit_map(OneClassPerUnit) >> parallel_batches(parts, per_class)
+
+
+def batch_votes(priv: PrivateClasses | OneClassPerUnit, kernel: Kernel, pools: Pools, b: int,
+                epsilon: float, noise_scale: float, key: bytes) -> dict[Any, list[int]]:
+    """SelPE's private computation in one round (`round_measurement` run once): the winning
+    candidate index of every batch, per class."""
+    measurement = round_measurement(kernel, pools, b, noise_scale, key)
+    if measurement.map(1) > epsilon:  # OpenDP's map, not ours, decides
+        raise RuntimeError("noisy max scale does not meet the round's epsilon")
+    return measurement(priv)
+
+
+def most_chosen(votes: list[int]) -> list[int]:
+    """Post-processing: candidates by the number of batches that chose them (ties: first
+    chosen)."""
+    counts = Counter(votes)
+    return sorted(dict.fromkeys(votes), key=lambda i: -counts[i])
+
+
+def one_class_per_unit(rows: list[dict[str, Any]], schema: Schema,
+                       person_field: str | None) -> list[dict[str, Any]]:
+    """SelPE's stable per-person step: keep each person's rows of one class only.
+
+    A person's rows fall in one batch per class (keyed hash of the person id); with rows in
+    several classes they would move one batch in each, and the classes would no longer
+    compose in parallel. Keeping the class where the person has most rows (ties: schema
+    order) depends on that person's rows alone, so one person still moves one batch of one
+    class: L-inf distance 1 per round. Row-level units already sit in one class."""
+    if not person_field:
+        return rows
+    order = {c: i for i, c in enumerate(schema.classes)}
+    per_person: dict[Any, Counter] = {}
+    for r in rows:
+        per_person.setdefault(r[person_field], Counter())[r[schema.label]] += 1
+    keep = {p: min(c, key=lambda k: (-c[k], order[k])) for p, c in per_person.items()}
+    return [r for r in rows if r[schema.label] == keep[r[person_field]]]
+
+
+class SelpeMode:
+    """The paper's round, as a `release.selection.registry.SelectionMode`."""
+
+    descriptor: ModeDescriptor = SELPE
+    constructor = NOISY_MAX_CONSTRUCTOR
+
+    def private_rows(self, priv_rows: list[dict[str, Any]], schema: Schema,
+                     person_field: str | None) -> list[dict[str, Any]]:
+        return one_class_per_unit(priv_rows, schema, person_field)
+
+    def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,
+              budget: float) -> tuple[dp.Measurement, RoundOutput]:
+        m_t = cfg.quota(t)
+        key = secrets.token_bytes(32)  # fresh batches every round
+        scale = noisy_max_scale(cfg.k * m_t, budget)  # OpenDP's calibration, once per round
+        measurement = round_measurement(
+            kernel, pools, cfg.batches, scale, key,
+            lambda votes: {c: most_chosen(v) for c, v in votes.items()})
+        if measurement.map(1) > budget:  # OpenDP's map of the whole round decides
+            raise RuntimeError("the selpe round exceeds its epsilon")
+        # charged its slot in OpenDP's adaptive compositor (the map above is at most that)
+        return measurement, RoundOutput(t, budget, scale, m_t)
+
+    def ledger_entries(self, cfg: SelectionConfig, run: SelectionRun) -> list[LedgerEntry]:
+        return [LedgerEntry(
+            f"selection/round/{r.round}", self.descriptor.mechanism, self.constructor,
+            r.scale, float(r.epsilon or 0.0), 0.0,
+            f"round {r.round}: every class, {cfg.batches} disjoint batches each",
+            "parallel across batches and classes; sequential across rounds (OpenDP adaptive "
+            "composition)") for r in run.rounds]
+
+    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
+        return None
+
+
+MODE = register(SelpeMode())

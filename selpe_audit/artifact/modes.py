@@ -1,0 +1,126 @@
+"""The public face of each selection mode, registered in one place.
+
+The shared core may not import ``release`` (import-linter), yet the artifact schema and the
+review must know every mode. So the public part of a mode - its name, its accounting, its
+words and the JSON Schema of its artifact block - is a `ModeDescriptor` registered here.
+The three built-in modes are declared below, so ``selpe-audit review`` knows them without
+the enclave code; ``release.selection`` pairs each descriptor with its OpenDP measurement,
+and a new mode registers its own descriptor through ``release.selection.registry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Accounting = Literal["pure", "zCDP"]
+
+
+@dataclass(frozen=True)
+class ModeDescriptor:
+    """What the CLI, the config check, the artifact schema and the review say of a mode.
+
+    ``accounting``: ``pure`` (epsilon-DP rounds) or ``zCDP`` (rho-zCDP rounds that OpenDP
+    converts to (epsilon, delta); such a mode needs a delta). ``help``: the --help words;
+    ``review``: how the review page says winners were chosen; ``mechanism``: a round's
+    ledger entry; ``block_key``/``block_schema``: the mode's own block in ``selection``;
+    ``person_bounding``: how a round bounds one person's rows (the artifact's
+    ``privacy_unit.bounding.selection`` under unit = "person").
+    """
+
+    name: str
+    accounting: Accounting
+    help: str
+    review: str
+    mechanism: str
+    block_key: str | None = None
+    block_schema: Mapping[str, Any] = field(default_factory=dict)
+    person_bounding: str = "all of a person's rows; the round's sensitivity bounds them"
+
+    @property
+    def needs_delta(self) -> bool:
+        return self.accounting == "zCDP"
+
+
+_REGISTRY: dict[str, ModeDescriptor] = {}
+
+
+def register_mode(descriptor: ModeDescriptor) -> ModeDescriptor:
+    """Add a mode (idempotent for the same descriptor; a different one may not take a name)."""
+    if descriptor.accounting not in ("pure", "zCDP"):
+        raise ValueError(f"selection mode {descriptor.name}: accounting must be pure or zCDP")
+    known = _REGISTRY.get(descriptor.name)
+    if known is not None and known != descriptor:
+        raise ValueError(f"selection mode {descriptor.name} is already registered")
+    _REGISTRY[descriptor.name] = descriptor
+    return descriptor
+
+
+def modes() -> tuple[ModeDescriptor, ...]:
+    """Every registered mode, in registration order (the built-ins first, selpe the default)."""
+    return tuple(_REGISTRY.values())
+
+
+def mode_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def find_mode(name: Any) -> ModeDescriptor | None:
+    return _REGISTRY.get(name) if isinstance(name, str) else None
+
+
+def describe(name: str) -> ModeDescriptor:
+    """The descriptor of ``name``; ValueError naming the known modes otherwise."""
+    d = find_mode(name)
+    if d is None:
+        raise ValueError(f"unknown selection mode '{name}'; choose one of "
+                         f"{', '.join(mode_names())}")
+    return d
+
+
+def or_list(names: list[str] | tuple[str, ...]) -> str:
+    """``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+_TEXT = {"type": "string"}
+
+SELPE = register_mode(ModeDescriptor(
+    name="selpe", accounting="pure",
+    help="per-batch noisy max, pure epsilon-DP; default",
+    review="DP noisy max",
+    mechanism="report noisy max per batch",
+    person_bounding="a person's rows of one class only (where they have most rows), all of "
+                    "them in one batch (keyed hash of the person id), however many: utilities "
+                    "lie in [-1, 0], so one person moves one batch's scores by at most 1 "
+                    "(L-inf); bounded by the utility range, not by max_contributions"))
+PE_HISTOGRAM = register_mode(ModeDescriptor(
+    name="pe-histogram", accounting="zCDP",
+    help="Private Evolution's Gaussian vote histogram",
+    review="Gaussian noisy vote histograms (pe-histogram)",
+    mechanism="Gaussian noise on the vote histogram (pe-histogram)",
+    person_bounding="all of a person's rows, each voting with weight 1 / (the person's rows), "
+                    "so one person's votes sum to 1 (L2 sensitivity 1); bounded by the 1/rows "
+                    "weights, not by max_contributions",
+    block_key="pe_histogram",
+    block_schema={"type": "object",
+                  "required": ["threshold_noise_scales", "votes", "survivors"],
+                  "properties": {"threshold_noise_scales": {"type": "number", "minimum": 0},
+                                 "votes": _TEXT, "survivors": _TEXT}}))
+REPRESENTATIVES = register_mode(ModeDescriptor(
+    name="representatives", accounting="zCDP",
+    help="SecPE's noisy cluster representatives",
+    review="votes of Gaussian noisy cluster representatives (representatives)",
+    mechanism="Gaussian noise on anchor counts and clipped offset sums (representatives, "
+              "SecPE)",
+    person_bounding="all of a person's rows, each weighted 1 / (the person's rows) in the "
+                    "anchor counts and clipped offset sums (L2 sensitivity sqrt(1 + R^2)); "
+                    "bounded by the 1/rows weights, not by max_contributions",
+    block_key="representatives",
+    block_schema={"type": "object",
+                  "required": ["anchors", "radius", "dims", "skeleton", "votes"],
+                  "properties": {"anchors": {"type": ["integer", "string"]},
+                                 "radius": {"type": "number", "exclusiveMinimum": 0},
+                                 "dims": {"type": "integer", "minimum": 0},
+                                 "skeleton": _TEXT, "votes": _TEXT}}))

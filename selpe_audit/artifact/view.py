@@ -1,0 +1,486 @@
+"""The typed, read-only view of a ``release.json``: parsed once, read by review, decode, audits.
+
+Two kinds of reader share it. The review shows a document *before* anyone trusts it and must
+render whatever it holds, so `ReleaseView.parse` never raises: a missing block reads as
+empty, an odd value is kept as it is (released cells are ``Any``), and blocks a later format
+adds stay in ``Counts.extra``. Decode and the audits read a verified document and need it
+well formed: `ReleaseView.checked` (what `VerifiedRelease.view` returns) also checks every
+shape against the embedded schema - class balance, histogram keys, integer counts, cohort
+rules, exemplars - and refuses with a one-line `UserError`. Nothing in the document is
+executed; every value here is a DP output or post-processing of one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from selpe_audit.errors import UserError
+from selpe_audit.schema import CohortRule, Schema, parse_schema
+
+KNOWN_COUNTS = frozenset({"class_balance", "histograms", "cohorts", "rates", "signed"})
+
+
+def as_dict(x: Any) -> dict[str, Any]:
+    """``x`` if it is a JSON object, else an empty one (tolerant reading)."""
+    return x if isinstance(x, dict) else {}
+
+
+def as_list(x: Any) -> list[Any]:
+    """``x`` if it is a JSON array, else an empty one (tolerant reading)."""
+    return x if isinstance(x, list) else []
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _str(x: Any) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+# ----- counts ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClassBalance:
+    mechanism_id: str | None
+    classes: tuple[Any, ...]
+    dp_counts: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Noisy counts of one field per class over its public categories or bins."""
+
+    field: str
+    mechanism_id: str | None
+    kind: str | None  # "categories" or "bins"
+    keys: tuple[Any, ...]
+    edges: tuple[Any, ...] | None
+    dp_counts_by_class: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """A released cohort and its noisy counts per class; ``rule`` is None for the catch-all
+    (rows in no other cohort) and, in a document read unchecked, for any rule."""
+
+    name: Any
+    where: Any  # as stored: a table of rules, or the catch-all's words
+    dp_counts_by_class: tuple[Any, ...]
+    post_size: Any
+    rule: CohortRule | None = None
+
+    @property
+    def is_catch_all(self) -> bool:
+        return not isinstance(self.where, dict)
+
+
+@dataclass(frozen=True)
+class Cohorts:
+    mechanism_id: str | None
+    classes: tuple[Any, ...]
+    cohorts: tuple[Cohort, ...]
+
+    def index_of(self, record: Mapping[str, Any]) -> int:
+        """The cohort that holds ``record``: the first rule it meets, else the catch-all."""
+        for i, c in enumerate(self.cohorts):
+            if c.rule is not None and c.rule.contains(record):
+                return i
+        return next(i for i, c in enumerate(self.cohorts) if c.is_catch_all)
+
+
+@dataclass(frozen=True)
+class RateCell:
+    cell: Any  # {field: public value}
+    dp_n_outcome: Any
+    dp_n_other: Any
+    post_n_cell: Any
+    post_rate: Any  # None when suppressed
+    suppressed: Any
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A conditional outcome rate per public cell (post-processing of two noisy counts)."""
+
+    mechanism_id: str | None
+    name: Any
+    outcome_field: Any
+    outcome_values: Any
+    cells_by: Any
+    n_min: Any
+    cells: tuple[RateCell, ...]
+
+
+@dataclass(frozen=True)
+class CountSeries:
+    """One run of released noisy counts as a reviewer reads them: where, and which cells."""
+
+    where: str
+    mechanism_id: str | None
+    cells: tuple[tuple[str, Any], ...]  # (cell label, noisy count)
+
+
+@dataclass(frozen=True)
+class Counts:
+    signed: Any
+    class_balance: ClassBalance
+    histograms: Mapping[str, Histogram]  # in the document's order
+    cohorts: Cohorts | None
+    rates: tuple[Rate, ...]
+    extra: Mapping[str, Any]  # blocks this version does not know, shown as they are
+
+    def class_hints(self) -> dict[Any, dict[str, str]]:
+        """Post-processing for prompts: each class's most likely category or bin per field
+        (the largest signed noisy count, the first one on ties)."""
+        classes = self.class_balance.classes
+        hints: dict[Any, dict[str, str]] = {c: {} for c in classes}
+        for name, h in self.histograms.items():
+            for c, row in zip(classes, h.dp_counts_by_class, strict=True):
+                hints[c][name] = str(h.keys[max(range(len(row)), key=row.__getitem__)])
+        return hints
+
+    def series(self) -> Iterator[CountSeries]:
+        """Every released noisy count, grouped as the review shows and flags them."""
+        cb = self.class_balance
+        labels = [str(c) for c in cb.classes]
+        yield CountSeries("class balance", cb.mechanism_id,
+                          tuple(zip(labels, cb.dp_counts, strict=False)))
+        for name, h in self.histograms.items():
+            for cls, row in zip(labels, h.dp_counts_by_class, strict=False):
+                yield CountSeries(f"histogram {name}, class {cls}", h.mechanism_id,
+                                  tuple(zip([str(k) for k in h.keys], row, strict=False)))
+        if self.cohorts is not None:
+            co = self.cohorts
+            for c in co.cohorts:
+                yield CountSeries(f"cohort {c.name}", co.mechanism_id, tuple(
+                    (f"class {k}", v) for k, v in zip([str(x) for x in co.classes],
+                                                      c.dp_counts_by_class, strict=False)))
+        for r in self.rates:
+            cells: list[tuple[str, Any]] = []
+            for c in r.cells:
+                label = cell_label(c.cell)
+                cells += [(f"{label} outcome", c.dp_n_outcome), (f"{label} other", c.dp_n_other)]
+            yield CountSeries(f"rate {r.name}", r.mechanism_id, tuple(cells))
+
+
+def cell_label(cell: Any) -> str:
+    """``{"arrival_mode": "walk-in"}`` -> ``arrival_mode=walk-in``."""
+    if isinstance(cell, dict):
+        return ", ".join(f"{k}={v}" for k, v in cell.items())
+    return str(cell)
+
+
+def _tuple(x: Any) -> tuple[Any, ...]:
+    return tuple(as_list(x))
+
+
+def counts_view(raw: Any) -> Counts:
+    """The ``counts`` block alone, read tolerantly (the release reads its own block)."""
+    counts = as_dict(raw)
+    cb = as_dict(counts.get("class_balance"))
+    balance = ClassBalance(_str(cb.get("mechanism_id")), _tuple(cb.get("classes")),
+                           _tuple(cb.get("dp_counts")))
+    hists = {}
+    for name, h in as_dict(counts.get("histograms")).items():
+        h = as_dict(h)
+        edges = h.get("edges")
+        hists[name] = Histogram(name, _str(h.get("mechanism_id")), _str(h.get("kind")),
+                                _tuple(h.get("keys")),
+                                tuple(edges) if isinstance(edges, list) else None,
+                                tuple(_tuple(r) for r in as_list(h.get("dp_counts_by_class"))))
+    cohorts = None
+    if "cohorts" in counts:
+        co = as_dict(counts["cohorts"])
+        cohorts = Cohorts(_str(co.get("mechanism_id")), _tuple(co.get("classes")), tuple(
+            Cohort(c.get("name"), c.get("where"), _tuple(c.get("dp_counts_by_class")),
+                   c.get("post_size"))
+            for c in map(as_dict, as_list(co.get("cohorts")))))
+    rates = []
+    for r in map(as_dict, as_list(counts.get("rates"))):
+        out = as_dict(r.get("outcome"))
+        rates.append(Rate(_str(r.get("mechanism_id")), r.get("name"), out.get("field"),
+                          out.get("values"), r.get("cells_by"), r.get("n_min"), tuple(
+            RateCell(c.get("cell"), c.get("dp_n_outcome"), c.get("dp_n_other"),
+                     c.get("post_n_cell"), c.get("post_rate"), c.get("suppressed"))
+            for c in map(as_dict, as_list(r.get("cells"))))))
+    return Counts(counts.get("signed"), balance, hists, cohorts, tuple(rates),
+                  {k: v for k, v in counts.items() if k not in KNOWN_COUNTS})
+
+
+# ----- ledger and guarantees -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    id: Any
+    mechanism: Any
+    constructor: Any
+    scale: Any
+    epsilon: Any
+    delta: Any
+    scope: Any
+    composition: Any
+    accounting: Any = None  # "rho-zCDP" and the like; None: pure epsilon-DP
+    rho: Any = None
+    mu: Any = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    entries: tuple[LedgerEntry, ...]
+    total_epsilon: Any
+    total_delta: Any
+    accountant: Any
+
+    def scales(self) -> dict[str, float]:
+        """Noise scale per mechanism id (numeric scales only)."""
+        return {e.id: s for e in self.entries
+                if isinstance(e.id, str) and (s := _num(e.scale)) is not None}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One point of a bound: at ``at`` (an FPR or a prior), at most ``value``."""
+
+    at: Any
+    value: Any
+
+
+@dataclass(frozen=True)
+class GdpReading:
+    """SecPE's (p, r) reading of the Gaussian selection's mu-GDP (an interpretation)."""
+
+    mu: Any
+    statements: tuple[Any, ...]
+    note: Any
+    reconstruction_success_max: tuple[Bound, ...]
+
+
+@dataclass(frozen=True)
+class Guarantees:
+    epsilon: Any
+    delta: Any
+    membership_advantage_max: Any
+    membership_tpr_max: tuple[Bound, ...]  # at FPR
+    reconstruction_success_max: tuple[Bound, ...]  # at prior
+    statements: tuple[Any, ...]
+    references: tuple[Any, ...]
+    selection_gdp: GdpReading | None
+
+
+def _bounds(x: Any, at: str, value: str) -> tuple[Bound, ...]:
+    return tuple(Bound(b.get(at), b.get(value)) for b in map(as_dict, as_list(x)))
+
+
+def _guarantees(raw: Any) -> Guarantees:
+    g = as_dict(raw)
+    gdp = as_dict(g.get("selection_gdp"))
+    reading = GdpReading(gdp.get("mu"), _tuple(gdp.get("statements")), gdp.get("note"),
+                         _bounds(gdp.get("reconstruction_success_max"), "prior",
+                                 "success_max")) if gdp else None
+    return Guarantees(g.get("epsilon"), g.get("delta"), g.get("membership_advantage_max"),
+                      _bounds(g.get("membership_tpr_max"), "fpr", "tpr_max"),
+                      _bounds(g.get("reconstruction_success_max"), "prior", "success_max"),
+                      _tuple(g.get("statements")), _tuple(g.get("references")), reading)
+
+
+# ----- selection -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Exemplar:
+    """One selected synthetic record and where it was selected."""
+
+    round: Any
+    class_value: Any
+    role: str  # "winner" or "partner" (its contrastive example)
+    index: int
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SelectedClass:
+    class_value: Any
+    winners: tuple[Any, ...]
+    partners: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class SelectionRound:
+    round: Any
+    epsilon: Any
+    rho: Any  # Gaussian modes: the round's rho-zCDP and mu
+    mu: Any
+    classes: tuple[SelectedClass, ...]
+
+
+@dataclass(frozen=True)
+class Selection:
+    mode: Any
+    config: Mapping[str, Any]  # every setting of the block but the rounds
+    kernel: Mapping[str, Any] | None
+    rounds: tuple[SelectionRound, ...]
+
+    def exemplars(self) -> Iterator[Exemplar]:
+        """Every selected record in document order (non-records read as empty ones)."""
+        for r in self.rounds:
+            for c in r.classes:
+                for role, recs in (("winner", c.winners), ("partner", c.partners)):
+                    for i, rec in enumerate(recs):
+                        yield Exemplar(r.round, c.class_value, role, i, as_dict(rec))
+
+    def latest_first(self, role: str) -> dict[Any, list[dict[str, Any]]]:
+        """Per class, the records in ``role`` (winner or partner), latest round first; a record
+        already listed (in either role) is not listed again."""
+        seen: set[str] = set()
+        out: dict[Any, list[dict[str, Any]]] = {}
+        for r in sorted(self.rounds, key=lambda r: -int(r.round)):
+            for c in r.classes:
+                for kind, recs in (("winner", c.winners), ("partner", c.partners)):
+                    for rec in recs:
+                        key = json.dumps(rec, sort_keys=True)
+                        if key not in seen:
+                            seen.add(key)
+                            if kind == role:
+                                out.setdefault(c.class_value, []).append(rec)
+        return out
+
+
+def _selection(raw: Any) -> Selection | None:
+    if not isinstance(raw, dict):
+        return None
+    rounds = []
+    for r in map(as_dict, as_list(raw.get("rounds"))):
+        rounds.append(SelectionRound(r.get("round"), r.get("epsilon"), r.get("rho"), r.get("mu"),
+                                     tuple(SelectedClass(c.get("class"), _tuple(c.get("winners")),
+                                                         _tuple(c.get("partners")))
+                                           for c in map(as_dict, as_list(r.get("classes"))))))
+    kernel = raw.get("kernel")
+    return Selection(raw.get("mode"), {k: v for k, v in raw.items() if k != "rounds"},
+                     kernel if isinstance(kernel, dict) else None, tuple(rounds))
+
+
+# ----- the whole document ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReleaseView:
+    """Everything in one release.json, typed; see the module docstring for the two modes."""
+
+    dataset: Any
+    schema_json: Mapping[str, Any]
+    schema_sha256: Any
+    release_key_id: Any
+    privacy_unit: Mapping[str, Any]
+    budget: Mapping[str, Any]
+    ledger: Ledger
+    guarantees: Guarantees
+    counts: Counts
+    selection: Selection | None
+    doc: Mapping[str, Any] = field(repr=False)  # the document itself, for what is shown raw
+    checked_schema: Schema | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any]) -> ReleaseView:
+        """Read any document tolerantly (for display before trust); never raises."""
+        d = as_dict(doc)
+        ledger = as_dict(d.get("ledger"))
+        entries = tuple(LedgerEntry(*(e.get(k) for k in (
+            "id", "mechanism", "constructor", "scale", "epsilon", "delta", "scope",
+            "composition", "accounting", "rho", "mu"))) for e in map(as_dict, as_list(
+                ledger.get("entries"))))
+        return cls(d.get("dataset"), as_dict(d.get("schema")), d.get("schema_sha256"),
+                   d.get("release_key_id"), as_dict(d.get("privacy_unit")),
+                   as_dict(d.get("budget")),
+                   Ledger(entries, ledger.get("total_epsilon"), ledger.get("total_delta"),
+                          ledger.get("accountant")),
+                   _guarantees(d.get("guarantees")), counts_view(d.get("counts")),
+                   _selection(d.get("selection")), d)
+
+    @classmethod
+    def checked(cls, doc: Mapping[str, Any]) -> ReleaseView:
+        """Read a document to use it: every shape checked against its embedded schema."""
+        schema = parse_schema(doc["schema"], source="release.json schema")
+        if schema.sha256() != doc["schema_sha256"]:
+            raise UserError("release.json: schema_sha256 does not match the embedded schema")
+        view = cls.parse(doc)
+        try:
+            counts = _check_counts(view.counts, schema)
+            _check_selection(view.selection, schema)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            raise UserError("release.json: the counts or selection block is malformed; "
+                            "use a selpe-audit version that matches the release") from None
+        return replace(view, counts=counts, checked_schema=schema)
+
+    @property
+    def schema(self) -> Schema:
+        """The embedded schema, parsed (only on a view made by `checked`)."""
+        if self.checked_schema is None:
+            raise RuntimeError("an unchecked view has no parsed schema; use ReleaseView.checked")
+        return self.checked_schema
+
+    @property
+    def field_order(self) -> list[str]:
+        return [str(f) for f in as_list(self.schema_json.get("x-field-order"))]
+
+    def histograms_in_field_order(self) -> list[Histogram]:
+        """The histograms in the schema's field order (then any the schema does not name)."""
+        hists = self.counts.histograms
+        order = [f for f in self.field_order if f in hists]
+        return [hists[k] for k in [*order, *(k for k in hists if k not in order)]]
+
+    def count_floor(self, default: int) -> int:
+        """The floor n_min under which a noisy count is flagged (budget.counts.n_min)."""
+        n_min = _num(as_dict(self.budget.get("counts")).get("n_min"))
+        return int(n_min) if n_min is not None else default
+
+
+def _ints(row: tuple[Any, ...], n: int) -> tuple[int, ...]:
+    if len(row) != n or not all(isinstance(v, int) and not isinstance(v, bool) for v in row):
+        raise ValueError(f"expected {n} integer counts")
+    return row
+
+
+def _check_counts(counts: Counts, schema: Schema) -> Counts:
+    classes = tuple(schema.classes)
+    if counts.class_balance.classes != classes:
+        raise ValueError("class balance classes differ from the schema's label values")
+    _ints(counts.class_balance.dp_counts, len(classes))
+    for name, h in counts.histograms.items():
+        f = schema.field(name)
+        want = f.enum if f.kind == "categorical" else tuple(f.bin_labels())
+        if f.kind not in ("categorical", "numeric") or h.keys != tuple(want):
+            raise ValueError(f"histogram keys of '{name}' differ from the schema")
+        if len(h.dp_counts_by_class) != len(classes):
+            raise ValueError(f"histogram '{name}' needs one row per class")
+        for row in h.dp_counts_by_class:
+            _ints(row, len(want))
+    if counts.cohorts is None or not counts.cohorts.cohorts:
+        return Counts(counts.signed, counts.class_balance, counts.histograms, None,
+                      counts.rates, counts.extra)
+    cohorts = []
+    for c in counts.cohorts.cohorts:
+        _ints(c.dp_counts_by_class, len(classes))
+        rule = None if c.is_catch_all else CohortRule.parse(schema, c.where)
+        cohorts.append(Cohort(c.name, c.where, c.dp_counts_by_class, c.post_size, rule))
+    if sum(c.is_catch_all for c in cohorts) != 1:
+        raise ValueError("cohorts need exactly one catch-all cohort")
+    return Counts(counts.signed, counts.class_balance, counts.histograms,
+                  Cohorts(counts.cohorts.mechanism_id, counts.cohorts.classes, tuple(cohorts)),
+                  counts.rates, counts.extra)
+
+
+def _check_selection(selection: Selection | None, schema: Schema) -> None:
+    """Every exemplar is a record of the schema, of the class it was selected for."""
+    if selection is None:
+        return
+    if selection.kernel is None:
+        raise ValueError("the selection block states no kernel")
+    validator = schema.record_validator()
+    for r in selection.rounds:
+        int(r.round)
+        for c in r.classes:
+            for rec in (*c.winners, *c.partners):
+                if not validator.is_valid(rec) or rec[schema.label] != c.class_value:
+                    raise ValueError("an exemplar breaks the schema")

@@ -1,0 +1,205 @@
+"""The release's PostgreSQL source, against a real server (tests/postgres.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from release.database import DatabaseSource, is_database_url, read_frame
+from release.private_data import read_private_rows
+from selpe_audit.errors import UserError
+from tests.conftest import DEMO_SAMPLE, good_row
+from tests.postgres import READER_PW, load_rows, postgres_bin, server
+
+pytestmark = pytest.mark.skipif(
+    postgres_bin() is None,
+    reason="PostgreSQL server binaries not installed (Debian package 'postgresql'; "
+           "scripts/system-deps.sh installs it)")
+
+
+@pytest.fixture(scope="module")
+def pg(demo_schema):
+    rows = read_private_rows(DEMO_SAMPLE, demo_schema).priv_rows
+    with server() as srv:
+        load_rows(srv, "triage", rows)
+        yield srv
+
+
+@pytest.fixture
+def reader_pw(monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", READER_PW)
+
+
+def test_urls_are_recognised_and_passwords_refused():
+    assert is_database_url("postgresql://u@h/db") and is_database_url("postgres://h/db")
+    assert not is_database_url("rows.csv") and not is_database_url("/data/rows.parquet")
+    with pytest.raises(UserError, match="PGPASSWORD"):
+        DatabaseSource("postgresql://u:secret@h/db", table="t")
+    with pytest.raises(UserError, match="exactly one"):
+        DatabaseSource("postgresql://u@h/db")
+    with pytest.raises(UserError, match="--table"):
+        DatabaseSource("postgresql://u@h/db", table="t; drop table t")
+
+
+def test_public_description_names_no_location():
+    src = DatabaseSource("postgresql://reader@db.hospital.example:5432/ehr",
+                         query="SELECT * FROM triage WHERE ward = 'ED'")
+    desc = src.public_description()
+    assert desc["kind"] == "postgresql" and len(desc["query_sha256"]) == 64
+    text = str(desc)
+    for leak in ("hospital", "reader", "ehr", "5432", "triage", "ward"):
+        assert leak not in text
+
+
+def test_rows_from_the_database_equal_the_csv(pg, demo_schema, reader_pw):
+    from_csv = read_private_rows(DEMO_SAMPLE, demo_schema).priv_rows
+    from_db = read_private_rows(DatabaseSource(pg.url(), table="public.triage"),
+                                demo_schema).priv_rows
+    assert from_db == from_csv
+
+
+def test_the_query_runs_read_only_in_repeatable_read(pg, reader_pw):
+    frame = read_frame(DatabaseSource(pg.url(), query=(
+        "SELECT current_setting('transaction_isolation') AS iso, "
+        "current_setting('transaction_read_only') AS ro")))
+    assert frame.row(0) == ("repeatable read", "on")
+
+
+@pytest.mark.parametrize(("url_user", "password", "query", "message"), [
+    ("reader", "wrong", "SELECT * FROM triage", "authentication failed"),
+    ("reader", READER_PW, "SELECT * FROM no_such_table", "table that does not exist"),
+    ("reader", READER_PW, "SELECT nope FROM triage", "column that does not exist"),
+    ("reader", READER_PW, "SELEKT 1", "syntax error"),
+    ("reader", READER_PW, "SELECT 'CANARY-7f3'::int AS age", "could not convert"),
+    ("reader", READER_PW, "SELECT age FROM triage", "missing column 'patient_id'"),
+    ("reader", READER_PW, "SELECT * FROM triage WHERE false", "no rows"),
+    ("reader", READER_PW, "SELECT *, now() AS x FROM triage", None),
+])
+def test_errors_are_one_line_and_quote_no_value(pg, demo_schema, monkeypatch, url_user,
+                                                password, query, message):
+    monkeypatch.setenv("PGPASSWORD", password)
+    src = DatabaseSource(pg.url(url_user), query=query)
+    if message is None:  # extra columns of other types are ignored, as in files
+        assert read_private_rows(src, demo_schema).priv_rows
+        return
+    with pytest.raises(UserError) as e:
+        read_private_rows(src, demo_schema)
+    text = str(e.value)
+    assert message in text and "\n" not in text and "CANARY" not in text, text
+
+
+def test_a_column_type_the_schema_cannot_take(pg, demo_schema, reader_pw):
+    query = "SELECT * FROM triage"
+    cols = ", ".join(f"{k}" if k != "chief_complaint" else "now() AS chief_complaint"
+                     for k in good_row())
+    with pytest.raises(UserError, match="column 'chief_complaint' has type"):
+        read_private_rows(DatabaseSource(pg.url(), query=query.replace("*", cols)),
+                          demo_schema)
+
+
+def test_cannot_connect(demo_schema, reader_pw):
+    from tests.postgres import _free_port
+
+    src = DatabaseSource(f"postgresql://reader@127.0.0.1:{_free_port()}/postgres",
+                         table="triage")
+    with pytest.raises(UserError, match="cannot connect"):
+        read_private_rows(src, demo_schema)
+
+
+# ----- the release command, end to end, from the database -----------------------------------
+
+CANARY_ID = "PGCNRY77"
+CANARY_TEXT = "canary ocelot-narwhal-4417 complaint"
+EXE = str(__import__("pathlib").Path(__import__("sys").executable).with_name("selpe-audit"))
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "release.toml"
+
+
+@pytest.fixture(scope="module")
+def release_key(tmp_path_factory):
+    from selpe_audit.artifact.signing import generate_keypair
+
+    priv, pub, _ = generate_keypair(tmp_path_factory.mktemp("keys") / "release.pem")
+    return priv, pub
+
+
+def _release(tmp_path, key, *data_args, password=READER_PW, ledger=None):
+    import os
+    import subprocess
+
+    out = tmp_path / "out"
+    env = dict(os.environ, PGPASSWORD=password)
+    r = subprocess.run([EXE, "release", "--config", str(EXAMPLE), *data_args,
+                        "--key", str(key), "--out", str(out),
+                        "--lifetime-ledger", str(ledger or tmp_path / "ledger")],
+                       env=env, capture_output=True, text=True, timeout=600)
+    return r, out
+
+
+def _shape(x):
+    """The structure of a document: keys and list lengths, no values."""
+    if isinstance(x, dict):
+        return {k: _shape(v) for k, v in x.items() if k not in ("created", "source")}
+    if isinstance(x, list):
+        return [len(x), *(_shape(v) for v in x[:1])] if x and isinstance(x[0], (dict, list)) \
+            else len(x)
+    return type(x).__name__
+
+
+def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_key,
+                                                                    tmp_path, demo_schema):
+    import json
+
+    rows = read_private_rows(DEMO_SAMPLE, demo_schema).priv_rows
+    rows[7] = {**rows[7], "patient_id": CANARY_ID, "chief_complaint": CANARY_TEXT}
+    load_rows(pg, "triage_canary", rows)
+    priv, _ = release_key
+    r_db, out_db = _release(tmp_path / "db", priv, "--data", pg.url(), "--table",
+                            "public.triage_canary")
+    assert r_db.returncode == 0, r_db.stderr
+    r_csv, out_csv = _release(tmp_path / "csv", priv, "--data", str(DEMO_SAMPLE))
+    assert r_csv.returncode == 0, r_csv.stderr
+    doc_db = json.loads((out_db / "release.json").read_text())
+    doc_csv = json.loads((out_csv / "release.json").read_text())
+    assert _shape(doc_db) == _shape(doc_csv)
+    assert doc_db["source"]["kind"] == "postgresql" and len(doc_db["source"]) == 2
+    assert doc_csv["source"] == {"kind": "file", "format": "csv"}
+    # nothing about the location, and no private value, in any output
+    blobs = [r_db.stdout, r_db.stderr]
+    blobs += [p.read_bytes().decode("utf-8", "replace")
+              for p in out_db.rglob("*") if p.is_file()]
+    blobs += [p.read_text() for p in (tmp_path / "db" / "ledger").glob("*") if p.is_file()]
+    for blob in blobs:
+        for secret in (CANARY_ID, "ocelot-narwhal", READER_PW):
+            assert secret not in blob
+    artifact = (out_db / "release.json").read_text()
+    for location in (str(pg.port), "127.0.0.1", "reader", "triage_canary\"\"", "SELECT"):
+        assert location not in artifact
+
+
+@pytest.mark.parametrize(("args", "password", "message"), [
+    (["--table", "triage"], "wrong-pw", "authentication failed"),
+    (["--query", "SELECT nope FROM triage", "--dataset", "t"], READER_PW, "does not exist"),
+    (["--query", "SELECT age FROM triage", "--dataset", "t"], READER_PW, "missing column"),
+    (["--query", "SELECT * FROM triage WHERE false", "--dataset", "t"], READER_PW, "no rows"),
+])
+def test_release_errors_are_one_line_and_charge_nothing(pg, release_key, tmp_path, args,
+                                                        password, message):
+    import json
+
+    priv, _ = release_key
+    r, out = _release(tmp_path, priv, "--data", pg.url(), *args, password=password)
+    assert r.returncode != 0
+    err = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(err) == 1 and message in err[0], r.stderr
+    assert "Traceback" not in r.stderr and not (out / "release.json").exists()
+    for ledger in (tmp_path / "ledger").glob("*.json"):
+        doc = json.loads(ledger.read_text())
+        for rel in doc.get("releases", []):
+            assert rel["status"] == "aborted", rel
+
+
+def test_a_password_on_the_command_line_is_refused(release_key, tmp_path):
+    priv, _ = release_key
+    r, _ = _release(tmp_path, priv, "--data", "postgresql://reader:hunter2@127.0.0.1/db",
+                    "--table", "t")
+    assert r.returncode != 0 and "PGPASSWORD" in r.stderr and "hunter2" not in r.stderr
+    assert not (tmp_path / "ledger").exists() or not any((tmp_path / "ledger").glob("*.json"))
