@@ -66,6 +66,11 @@ def _llama_builds(quick: bool) -> dict[str, Any]:
     return llama_builds.run(quick)
 
 
+def _database(quick: bool) -> dict[str, Any]:
+    from benchmarks import database
+    return database.run(quick=quick)
+
+
 def _selection_modes(quick: bool) -> dict[str, Any]:
     from benchmarks import selection_modes
     return selection_modes.run(quick)
@@ -81,6 +86,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "decode": ("python -m benchmarks.decode", _decode),
     "generation": ("python -m benchmarks.generation", _generation),
     "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
+    "database": ("python -m benchmarks.database", _database),
 }
 
 

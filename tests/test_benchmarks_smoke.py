@@ -42,6 +42,18 @@ def test_throughput_benchmarks_quick(tmp_path):
     assert "## decode" in out.read_text() and "## generation" in out.read_text()
 
 
+@pytest.mark.slow
+def test_builds_and_database_benchmarks_quick(tmp_path):
+    """The llama.cpp builds (the installed one, quick) and the PostgreSQL read, via the runner."""
+    out = _run_runner(tmp_path, "llama_builds,database")
+    entries = json.loads(out.with_suffix(".json").read_text())
+    builds = entries["llama_builds"]["result"]["builds"]
+    assert builds["installed"]["unconstrained_tokens_per_s"] > 0
+    db = entries["database"]["result"]
+    if "skipped" not in db:
+        assert db["rows"] == 2_000 and db["ratio"] > 0
+
+
 def _quick_json(module: str, tmp_path, *args: str) -> dict:
     out = tmp_path / f"{module}.json"
     r = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--quick", "--json",

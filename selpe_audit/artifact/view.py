@@ -7,7 +7,8 @@ adds stay in ``Counts.extra``. Decode and the audits read a verified document an
 well formed: `ReleaseView.checked` (what `VerifiedRelease.view` returns) also checks every
 shape against the embedded schema - class balance, histogram keys, integer counts, cohort
 rules, exemplars - and refuses with a one-line `UserError`. Nothing in the document is
-executed; every value here is a DP output or post-processing of one.
+executed; every value here is a DP output or post-processing of one. Over 400 lines: one
+frozen dataclass per block of the document, each with its tolerant and its checked parser.
 """
 
 from __future__ import annotations
