@@ -66,6 +66,11 @@ def _llama_builds(quick: bool) -> dict[str, Any]:
     return llama_builds.run(quick)
 
 
+def _audits(quick: bool) -> dict[str, Any]:
+    from benchmarks import audits
+    return audits.run(quick)
+
+
 def _database(quick: bool) -> dict[str, Any]:
     from benchmarks import database
     return database.run(quick=quick)
@@ -87,6 +92,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "generation": ("python -m benchmarks.generation", _generation),
     "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
     "database": ("python -m benchmarks.database", _database),
+    "audits": ("python -m benchmarks.audits", _audits),
 }
 
 
