@@ -113,7 +113,8 @@ def counts_release(train_path: Path, schema_path: Path, epsilon: float, folder: 
                    release_key: Path) -> Path:
     """A counts-only release of the training rows (row unit) at ``epsilon``, into
     ``folder/rel-<epsilon>``; returns the artifact folder. The lifetime cap is set far
-    above any run here, since every epsilon is a separate experiment on the same rows."""
+    above any run here, since every epsilon is a separate experiment on the same rows; each has
+    its own ledger folder (one ledger refuses the same rows under a second dataset name)."""
     from release.config import load_config
     from release.pipeline import run_release
 
@@ -121,7 +122,7 @@ def counts_release(train_path: Path, schema_path: Path, epsilon: float, folder: 
         "data": train_path, "schema": schema_path, "dataset": f"adult-{epsilon}",
         "out": folder / f"rel-{epsilon}", "release_key": release_key, "epsilon": epsilon,
         "counts_share": 1.0, "selection_share": 0.0, "lifetime_epsilon": 2 * INF,
-        "lifetime_ledger": folder / "ledger"})
+        "lifetime_ledger": folder / f"ledger-{epsilon}"})
     run_release(cfg)
     return cfg.out
 

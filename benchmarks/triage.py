@@ -153,13 +153,15 @@ def _shared_embedder(embedder: Embedder) -> Iterator[None]:
 
 
 def release(b: Bench, name: str, epsilon: float, **overrides: Any) -> tuple[Released, dict]:
-    """One pool-mode release of the demo data (the benchmark may import release)."""
+    """One pool-mode release of the demo data (the benchmark may import release). Each
+    configuration is a separate experiment on the same rows, with a ledger of its own: one
+    ledger refuses the same rows under a second dataset name."""
     from release.config import load_config
     from release.pipeline import run_release
 
     settings = {"data": b.data, "schema": demo_schema_path(), "dataset": f"triage-{name}",
                 "release_key": b.key, "out": b.folder / name, "epsilon": epsilon,
-                "lifetime_epsilon": 2 * INF, "lifetime_ledger": b.folder / "ledger",
+                "lifetime_epsilon": 2 * INF, "lifetime_ledger": b.folder / "ledger" / name,
                 "candidates": b.pool, "counts_share": 0.5, "selection_share": 0.5,
                 "rounds": b.sizes.rounds, "k": b.sizes.k, **overrides}
     cfg = load_config(ROOT / "examples" / "release.toml", settings)
