@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from selpe_audit.llm.backend_check import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 UNPACKED = Path(__file__).parent / ".cache" / "llama-builds"
@@ -83,14 +84,11 @@ def child(per_repeat: int) -> dict[str, Any]:
 def _measure(path: Path | None, per_repeat: int) -> dict[str, Any]:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path) if path else "", str(ROOT)) if p)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.llama_builds", "--child",
-                           str(per_repeat)], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=1800)
-    if proc.returncode < 0:
-        return {"crashed": signal.Signals(-proc.returncode).name}
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    run = run_child(["-m", "benchmarks.llama_builds", "--child", str(per_repeat)],
+                    timeout=1800, env=env, cwd=ROOT)
+    if run.signal:
+        return {"crashed": run.signal}
+    return run.result if run.result is not None else {"error": run.error}
 
 
 def run(quick: bool = False, repeats: int = 3, per_repeat: int = 8,

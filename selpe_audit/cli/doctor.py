@@ -9,12 +9,8 @@ missing optional tools (openssl, chromium) and a missing GPU are reported, not f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,8 +21,7 @@ from rich.table import Table
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 from selpe_audit.llm import backend_check
-
-POLARS_PIN = "1.36.1"  # opendp 0.16's polars front-end needs exactly this
+from selpe_audit.llm.models import cpu_quota
 
 
 @dataclass(frozen=True)
@@ -42,22 +37,19 @@ class Check:
 
 
 def _child(code: str, timeout: float = 300) -> tuple[dict | None, str]:
-    """Run ``code`` in a child Python; its last stdout line is JSON. Returns (result, error)."""
+    """Run ``code`` in a child Python, offline; (its JSON result, or why there is none)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=timeout, env=env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return None, f"did not finish in {timeout:.0f} s"
-    if proc.returncode < 0:
-        return None, f"died with {signal.Signals(-proc.returncode).name}"
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines() or ["no message"]
-        return None, lines[-1][:200]
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
-    except (IndexError, ValueError):
-        return None, "printed no result"
+    run = backend_check.run_child(["-c", code], timeout=timeout, env=env)
+    return run.result, run.error
+
+
+def polars_pin() -> str:
+    """The polars version selpe-audit's own requirements pin (OpenDP 0.16 needs exactly it)."""
+    for req in metadata.requires("selpe-audit") or []:
+        name, _, version = req.partition("==")
+        if name.strip() == "polars":
+            return version.split(";")[0].strip()
+    return "unknown"
 
 
 def check_llm(model: str | None) -> list[Check]:
@@ -144,10 +136,11 @@ def check_opendp() -> list[Check]:
     version = res["opendp"] or metadata.version("opendp")
     checks = [Check("OpenDP", "ok", f"opendp {version}: a Laplace measurement maps d_in 1 to "
                                     f"epsilon {res['eps']:g}")]
-    pinned = res["polars"] == POLARS_PIN and res["polars_ok"]
+    pin = polars_pin()
+    pinned = res["polars"] == pin and res["polars_ok"]
     checks.append(Check("polars pin", "ok" if pinned else "FAIL",
-                        f"polars {res['polars']} (OpenDP 0.16's front-end needs {POLARS_PIN})",
-                        "" if pinned else f"pip install polars=={POLARS_PIN} pyarrow"))
+                        f"polars {res['polars']} (OpenDP 0.16's front-end needs {pin})",
+                        "" if pinned else f"pip install polars=={pin} pyarrow"))
     return checks
 
 
@@ -173,7 +166,7 @@ def _cgroup_cpus() -> str:
 
 
 def check_cpu() -> list[Check]:
-    threads = backend_check._threads()
+    threads = cpu_quota()
     flags = backend_check.cpu_flags()
     amx = [f for f in flags if f.startswith("amx")]
     detail = (f"{threads} usable CPUs ({_cgroup_cpus()}; host {os.cpu_count()}); llama.cpp and "

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from selpe_audit.llm.models import cpu_quota
 
 EXIT_SIGNAL = 3
 # What the child runs: only llama-cpp-python's high-level API, so the check does not depend
@@ -79,40 +80,56 @@ def build_features(system_info: str) -> str:
     return " ".join(dict.fromkeys(on))
 
 
-def _threads() -> int:
+@dataclass(frozen=True)
+class ChildRun:
+    """How a child Python ended: its JSON result (last stdout line), or one line saying why
+    not, with the signal's name when one killed it."""
+
+    result: dict | None
+    error: str = ""
+    signal: str | None = None
+
+
+def run_child(args: list[str], *, timeout: float, env: dict[str, str] | None = None,
+              cwd: str | Path | None = None) -> ChildRun:
+    """``python ARGS`` in a child process whose last stdout line is JSON; never raises, so a
+    native crash (SIGILL, SIGSEGV) becomes a result the parent can report."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return ChildRun(None, f"did not finish in {timeout:.0f} s")
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        return ChildRun(None, f"died with {name}", name)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1][:300]
+        return ChildRun(None, f"failed (exit {proc.returncode}): {last}")
+    try:
+        return ChildRun(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError):
+        return ChildRun(None, "printed no result")
 
 
 def check_backend(model: str | Path, *, tokens: int = 32, timeout: float = 300.0,
                   env: dict[str, str] | None = None) -> BackendCheck:
     """Load ``model`` and generate ``tokens`` tokens in a child process; never raises."""
-    cmd = [sys.executable, "-c", _CHILD, str(model), str(tokens), str(_threads())]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env=env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return BackendCheck(False, f"llama.cpp did not finish {tokens} tokens in {timeout:.0f} s")
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
+    threads = cpu_quota()
+    run = run_child(["-c", _CHILD, str(model), str(tokens), str(threads)], timeout=timeout,
+                    env=env)
+    if run.signal:
         what = {"SIGILL": "an instruction this CPU (or its OS) does not allow: a build for "
-                          "another CPU"}.get(name, "a crash inside the native library")
-        return BackendCheck(False, f"llama.cpp died with {name} ({what}); CPU flags: "
-                                   f"{' '.join(cpu_flags()) or 'unknown'}", signal=name)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1][:300]
-        return BackendCheck(False, f"llama.cpp check failed (exit {proc.returncode}): {last}")
-    try:
-        res = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return BackendCheck(False, "llama.cpp check printed no result")
+                          "another CPU"}.get(run.signal, "a crash inside the native library")
+        return BackendCheck(False, f"llama.cpp {run.error} ({what}); CPU flags: "
+                                   f"{' '.join(cpu_flags()) or 'unknown'}", signal=run.signal)
+    res = run.result
+    if res is None:
+        return BackendCheck(False, f"llama.cpp check {run.error}")
     tps = res["tokens"] / res["gen_s"] if res["gen_s"] > 0 and res["tokens"] else None
     feats = build_features(res["system_info"])
     speed = (f"{tps:.1f} tokens/s" if tps < 10 else f"{tps:.0f} tokens/s") if tps else \
         "no tokens generated"
-    return BackendCheck(True, f"llama.cpp {res['version']} runs: {speed} on {_threads()} "
+    return BackendCheck(True, f"llama.cpp {res['version']} runs: {speed} on {threads} "
                               f"threads; build uses {feats or 'no SIMD'}",
                         tokens_per_s=tps, cpu_features=feats, gpu_offload=res["gpu_offload"],
                         version=res["version"])

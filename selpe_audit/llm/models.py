@@ -337,7 +337,8 @@ class LLM:
         self.lc.llama_memory_seq_cp(self.memory, src, dst, 0, end)
 
 
-def _cpu_quota() -> int:
+def cpu_quota() -> int:
+    """CPUs this process may use (its affinity, not the host's count): llama.cpp's threads."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -369,5 +370,5 @@ def load_llm(path: str | Path | None = None, *, n_gpu_layers: int = 0,
         raise UserError(f"need n_seq >= 1 and n_ctx >= 64 (got n_seq={n_seq}, n_ctx={n_ctx})")
     _set_quiet(not verbose)
     _backend_init()
-    return LLM(p.resolve(), n_gpu_layers=n_gpu_layers, n_threads=n_threads or _cpu_quota(),
+    return LLM(p.resolve(), n_gpu_layers=n_gpu_layers, n_threads=n_threads or cpu_quota(),
                n_ctx=n_ctx, n_seq=n_seq, n_batch=n_batch, seed=seed)
