@@ -79,20 +79,25 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(k, synthetic=False)
     k.add_argument("--kind", choices=[*mechanism.KINDS, "release", "all"], default="all",
-                   help="one mechanism, 'release' (the whole composed release, end to end: "
-                        "full releases on D and D + a canary person) or all of them")
+                   help="one mechanism, 'model' (the noisy marginals of the model counts "
+                        "modes, OpenDP contingency tables in zCDP), 'release' (the whole "
+                        "composed release, end to end: full releases on D and D + a canary "
+                        "person) or all of them")
     k.add_argument("--unit", choices=["row", "person", "both"], default="both",
-                   help="release audit: the privacy unit(s) audited (default both)")
+                   help="model and release audits: the privacy unit(s) audited (default "
+                        "both)")
     k.add_argument("--runs", type=int, help="fresh runs per dataset (default: selection "
                    f"{mechanism.DEFAULT_RUNS['selection']}, counts "
                    f"{mechanism.DEFAULT_RUNS['counts']}, "
-                   f"{' and '.join(mechanism.GAUSSIAN_KINDS)} {mechanism.GAUSSIAN_RUNS})")
+                   f"{' and '.join(mechanism.GAUSSIAN_KINDS)} {mechanism.GAUSSIAN_RUNS}, "
+                   f"model {mechanism.DEFAULT_RUNS['model']})")
     k.add_argument("--calibration-runs", type=int, help="runs per dataset to choose the test "
                                                         "(default half of --runs, >= 100)")
     k.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon (default 1)")
     k.add_argument("--delta", type=float, default=mechanism.DEFAULT_DELTA,
-                   help="claimed delta of the Gaussian selection modes (default "
-                        f"{mechanism.DEFAULT_DELTA:g}; selection and counts are pure)")
+                   help="claimed delta of the Gaussian selection modes and the model counts "
+                        f"(default {mechanism.DEFAULT_DELTA:g}; selection and counts are "
+                        "pure)")
     k.add_argument("--calibrate-to", type=float,
                    help="calibrate the mechanism to this epsilon instead of the claim (a "
                         "self-check: a value above --epsilon must FAIL)")
@@ -242,6 +247,13 @@ def _run_mechanism(args: argparse.Namespace) -> int:
                     audits.append(release_audit.audit_release(a, runs, args.calibration_runs))
             continue
         runs = args.runs or mechanism.DEFAULT_RUNS[kind]
+        if kind == "model":
+            for unit in mechanism.MODEL_UNITS if args.unit == "both" else (args.unit,):
+                nb = mechanism.model_neighbours(schema, args.epsilon, args.delta, unit,
+                                                args.calibrate_to)
+                with console.status(f"model ({unit} unit): {runs} runs per dataset"):
+                    audits.append(mechanism.audit(nb, runs, args.calibration_runs))
+            continue
         if kind == "selection":
             nb = mechanism.selection_neighbours(schema, args.epsilon, args.candidates,
                                                 args.calibrate_to)

@@ -40,6 +40,28 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
   interval's lower end exceeds the claimed mu (OpenDP's mu for the claimed (epsilon, delta)
   of a one-round release, at the worst-case shift). A factor 2 in the noise is caught at
   the default 1000 runs.
+- ``model``: the noisy marginals of the model counts modes (`release.counts_model`: the
+  "fixed" mode's workload, the class balance and the class's 2-way marginal with each of a
+  few fields). The measurement is the release's own: its OpenDP query (the person unit's
+  truncation, the column selection, ``contingency_table`` with the release's
+  ``CalibratedFixed``) is built on D and invoked once, and the marginals measurement that
+  ``CalibratedFixed`` builds inside it (OpenDP's ``make_stable_marginals >>
+  then_noise_marginals`` at the scale it takes from OpenDP's map) is kept and run on D and
+  D'; the model fit after it is post-processing and is not run. D' = D plus one canary row
+  (row unit), or plus a canary person with ``max_contributions`` identical rows (person
+  unit: D holds at most that many rows per person, so the release's truncation keeps every
+  row and the runs feed the selected columns to the marginals measurement directly). The
+  canary moves one cell of every marginal by its OpenDP sensitivity (the worst case). The
+  audited output is the released noisy vectors reduced to the Neyman-Pearson statistic of
+  heteroscedastic Gaussians: the projection on the canary's cells, each weighted by the
+  inverse variance of its marginal (from the released stddevs); its mean shift is the
+  mechanism's mu. The claim is the release's: rho from OpenDP's zCDP conversion of the
+  counts' (epsilon, delta) (the whole table: no cohorts or rates), mu = sqrt(2 rho); audited
+  in mu as the Gaussian modes are (and in eps_LB at the claimed delta). At epsilon 1 (mu
+  0.22) the default 1000 runs (1500 pooled per dataset) catch a halved noise scale (mu 0.44)
+  in all but ~0.03 % of audits, a calibration to epsilon 2 (mu 0.42) in ~99.8 %. AIM and
+  MST add the same OpenDP noise primitive under their own (OpenDP's) calibration; only the
+  "fixed" workload's measurement is audited here.
 - ``release``: the whole composed release, end to end (`audits.release_audit`).
 
 Runs call the OpenDP measurement directly (a Context would stop after its budget): that is
@@ -52,6 +74,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +86,22 @@ from rich.console import Console
 from rich.table import Table
 
 from audits.stats import clopper_pearson, eps_lower_bound, mu_audit
-from release.config import DEFAULT_LIFETIME_EPSILON, BudgetConfig, ReleaseConfig, SelectionConfig
-from release.counts import CLASS_COL, derive_frame, key_col, plan_queries, public_values
+from release.config import (
+    DEFAULT_LIFETIME_EPSILON,
+    BudgetConfig,
+    CountsConfig,
+    ReleaseConfig,
+    SelectionConfig,
+)
+from release.counts import (
+    CLASS_COL,
+    UNIT_COL,
+    derive_frame,
+    key_col,
+    plan_queries,
+    public_values,
+)
+from release.counts_model import CalibratedFixed, algorithm, model_columns
 from release.opendp_mechanisms import (
     COUNT_COLUMN,
     PrivacyUnit,
@@ -84,10 +121,10 @@ from selpe_audit.schema import Schema
 #: The Gaussian selection modes of the registry: each is audited through its statistics.
 GAUSSIAN_KINDS = tuple(m.descriptor.name for m in selection_modes()
                        if isinstance(m, GaussianVotesMode))
-KINDS = ("selection", "counts", *GAUSSIAN_KINDS)
+KINDS = ("selection", "counts", *GAUSSIAN_KINDS, "model")
 GAUSSIAN_RUNS = 1000
 DEFAULT_RUNS = {"selection": 2000, "counts": 1000,
-                **dict.fromkeys(GAUSSIAN_KINDS, GAUSSIAN_RUNS)}
+                **dict.fromkeys(GAUSSIAN_KINDS, GAUSSIAN_RUNS), "model": 1000}
 DEFAULT_DELTA = 1e-6  # the release's default for the Gaussian modes
 #: Exact loss of OpenDP's noisy max (exponential noise) on these utilities at eps = 1,
 #: scale 2: 0.83 with 2 candidates, 0.9999 with 10. Two candidates keep a correct mechanism
@@ -97,6 +134,11 @@ DEFAULT_DELTA = 1e-6  # the release's default for the Gaussian modes
 DEFAULT_CANDIDATES = 2
 COUNTS_FIELD = "age"
 COUNTS_ROWS = 200
+#: The model audit's columns besides the class: a small domain keeps a run at milliseconds
+MODEL_FIELDS = ("age", "sex")
+MODEL_ROWS = 200
+MODEL_UNITS = ("row", "person")
+MODEL_MAX_CONTRIBUTIONS = 2  # person unit: the canary's rows (OpenDP's truncation bound)
 
 Sampler = Callable[[int], np.ndarray]  # n -> n outputs of the mechanism
 
@@ -357,6 +399,148 @@ def gaussian_neighbours(schema: Schema, mode: str, epsilon: float, delta: float 
     return Neighbours(name=mode, claimed_epsilon=epsilon, run_d=sampler(datasets[0]),
                       run_dprime=sampler(datasets[1]), output="scalar", details=details,
                       claimed_delta=delta, claimed_mu=details["claimed_mu"])
+
+
+# ----- model counts modes: the noisy marginals of the Fixed workload -----------------------
+
+@dataclass(kw_only=True, frozen=True)
+class _KeptFixed(CalibratedFixed):
+    """The release's ``CalibratedFixed``, keeping the marginals measurement it builds (and
+    the input domain, metric and distance OpenDP hands it) so that it can be run again."""
+
+    kept: list = dataclasses.field(default_factory=list, compare=False, hash=False)
+
+    def make_marginals(self, input_domain: Any, input_metric: Any, output_measure: Any,
+                       d_in: Any, d_out: float, *, marginals: Any, model: Any) -> Any:
+        m = super().make_marginals(input_domain, input_metric, output_measure, d_in, d_out,
+                                   marginals=marginals, model=model)
+        self.kept.append({"measurement": m, "input_domain": input_domain,
+                          "input_metric": input_metric, "output_measure": output_measure,
+                          "d_in": d_in, "d_out": d_out})
+        return m
+
+
+def _no_fit(domain: Any, measurements: Any, potentials: Any = None) -> Any:
+    """Stands in for the model fit (post-processing of the released marginals, not
+    audited): an all-zero model over the domain, which costs nothing."""
+    from mbi import CliqueVector, MarkovRandomField
+
+    zeros = CliqueVector.zeros(domain, [tuple(domain.attrs)[:1]])
+    return MarkovRandomField(potentials=zeros, marginals=zeros)
+
+
+def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELTA,
+                     unit: str = "row", calibrate_to: float | None = None,
+                     scale_factor: float = 1.0, fields: tuple[str, ...] = MODEL_FIELDS,
+                     n_rows: int = MODEL_ROWS,
+                     max_contributions: int = MODEL_MAX_CONTRIBUTIONS,
+                     seed: int = 0) -> Neighbours:
+    """The "fixed" counts mode's noisy marginals (see module) on D and D' = D + a canary
+    row or person, calibrated by the release to the counts' rho for ``calibrate_to``
+    (default: the claim) at ``delta``. ``scale_factor`` multiplies the noise scale (0.5: a
+    planted factor-2 error; the release's calibration runs at rho / scale_factor^2)."""
+    if unit not in MODEL_UNITS:
+        raise ValueError(f"unit must be one of {', '.join(MODEL_UNITS)}")
+    person = unit == "person"
+    if person and schema.id_field is None:
+        raise ValueError("the person unit needs a schema with a person id (x-id)")
+    if not scale_factor > 0:
+        raise ValueError("scale_factor must be > 0")
+    cfg = ReleaseConfig(dataset="mechanism-audit", data=Path("-"), schema=Path("-"),
+                        out=Path("-"), release_key=Path("-"),
+                        budget=BudgetConfig(epsilon=epsilon, lifetime_epsilon=max(
+                            epsilon, DEFAULT_LIFETIME_EPSILON)),
+                        counts=CountsConfig(mode="fixed"))
+    every = model_columns(schema, {})
+    cols = [every[0], *(c for c in every[1:] if c.field in fields)]
+    if missing := set(fields) - {c.field for c in cols[1:]}:
+        raise ValueError(f"the model has no column for {', '.join(sorted(missing))}")
+    release_algorithm = algorithm("fixed", cols, cfg)
+    assert isinstance(release_algorithm, CalibratedFixed)
+    keeper = _KeptFixed(queries=release_algorithm.queries, estimator=_no_fit)
+
+    rows = generate_rows(n_rows, seed)
+    canary = generate_rows(1, seed + 1)[0]
+    if person:  # at most max_contributions rows per person: the truncation keeps them all
+        id_field, seen, kept_rows = schema.id_field, Counter[Any](), []
+        for r in rows:
+            seen[r[id_field]] += 1
+            if seen[r[id_field]] <= max_contributions:
+                kept_rows.append(r)
+        rows = kept_rows
+        canaries = [{**canary, id_field: "canary-person"}] * max_contributions
+        priv_unit = PrivacyUnit(UNIT_COL, max_contributions)
+    else:
+        canaries, priv_unit = [canary], PrivacyUnit()
+    frames = [derive_frame(data, schema, cfg, schema.id_field if person else None)
+              .collect().lazy() for data in (rows, [*rows, *canaries])]
+
+    eps_cal = float(calibrate_to if calibrate_to is not None else epsilon)
+    (rho_cal,) = zcdp_budget(eps_cal, delta, [1.0])  # as release_model: counts (eps, delta)
+    slot = rho_cal / scale_factor ** 2
+    (claimed_rho,) = zcdp_budget(float(epsilon), delta, [1.0])
+    # the release's table query (release.counts_model._table_query) with the kept algorithm
+    ctx = new_context(frames[0], priv_unit, [slot], measure="rho")
+    query = ctx.query()
+    if person:
+        query = query.truncate_per_group(max_contributions)
+    table_query = (query.select(*[c.frame_col for c in cols])
+                   .contingency_table(keys={c.frame_col: list(range(len(c.keys)))
+                                            for c in cols}, algorithm=keeper)
+                   .resolve())
+    table = table_query(frames[0])  # one release on D: CalibratedFixed builds the marginals
+    (kept,) = keeper.kept
+    marginals, d_in = kept["measurement"], kept["d_in"]
+    rho_opendp = float(marginals.map(d_in))
+    if rho_opendp > slot * (1 + 1e-9):
+        raise RuntimeError("OpenDP's map of the marginals exceeds their slot")
+
+    from opendp.extras.mbi._utilities import get_associated_metric, make_stable_marginals
+
+    cliques = [q.by for q in keeper.queries]
+    exact = make_stable_marginals(kept["input_domain"], kept["input_metric"],
+                                  get_associated_metric(kept["output_measure"]), cliques)
+    sensitivity = {c: float(v) for c, v in exact.map(d_in).items()}
+    inputs = [f.select([c.frame_col for c in cols]).collect().lazy() for f in frames]
+    true_d, true_dp = (exact(x) for x in inputs)
+    shift = {c: (true_dp[c].astype(float) - true_d[c].astype(float)).ravel() for c in cliques}
+    for c in cliques:
+        if not math.isclose(float(np.linalg.norm(shift[c])), sensitivity[c], rel_tol=1e-9):
+            raise RuntimeError(f"the canary moves marginal {c} by less than its sensitivity")
+    stddev = {m.clique: float(m.stddev) for m in table.marginals.flatten()}
+    mu_mechanism = math.sqrt(sum(float(np.sum(shift[c] ** 2)) / stddev[c] ** 2
+                                 for c in cliques))
+    weights = {c: shift[c] / stddev[c] ** 2 / mu_mechanism for c in cliques}
+
+    def sampler(x: pl.LazyFrame) -> Sampler:
+        def statistic() -> float:
+            released, _ = marginals(x)
+            return sum(float(np.dot(np.asarray(m.noisy_measurement, dtype=np.float64),
+                                    weights[m.clique])) for m in released.flatten())
+
+        return lambda n: np.fromiter((statistic() for _ in range(n)), dtype=np.float64,
+                                     count=n)
+
+    names = {c.frame_col: c.name for c in cols}
+    details = {
+        "mode": "fixed", "unit": unit, "rows_in_D": len(rows),
+        "canary_rows": len(canaries), "max_contributions": max_contributions if person
+        else None, "columns": [c.name for c in cols],
+        "marginals": [{"clique": [names[a] for a in c], "sensitivity": sensitivity[c],
+                       "stddev": stddev[c], "cells": int(shift[c].size)} for c in cliques],
+        "constructor": "release.counts_model.CalibratedFixed.make_marginals (OpenDP "
+        "make_stable_marginals >> then_noise_marginals, zCDP), inside the release's "
+        "contingency_table query",
+        "calibrated_to_epsilon": eps_cal, "scale_factor": scale_factor, "delta": delta,
+        "slot_rho": slot, "rho": rho_opendp, "claimed_rho": claimed_rho,
+        "mu": mu_mechanism, "opendp_mu": math.sqrt(2 * rho_opendp),
+        "claimed_mu": math.sqrt(2 * claimed_rho),  # OpenDP: rho = mu^2 / 2
+        "output": "projection of the noisy marginals on the canary's cells, weighted by "
+                  "inverse variance"}
+    return Neighbours(name=f"model ({unit} unit)", claimed_epsilon=epsilon,
+                      run_d=sampler(inputs[0]), run_dprime=sampler(inputs[1]),
+                      output="scalar", details=details, claimed_delta=delta,
+                      claimed_mu=details["claimed_mu"])
 
 
 # ----- console -----------------------------------------------------------------------------

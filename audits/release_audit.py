@@ -113,7 +113,8 @@ class _Runner:
             "unit": a.unit, "id_field": "person" if a.unit == "person" else None,
             "max_contributions": a.sensitivity if a.unit == "person" else None,
             "rounds": 1, "k": 4, "batches": 1, "q": 1, "channels": "numeric",
-            "lifetime_epsilon": 1e9, "n_min": 0}
+            "lifetime_epsilon": 1e9, "n_min": 0,
+            "counts_mode": "marginals"}  # the Laplace composition this audit models
 
     def __call__(self, n: int) -> list[dict[str, Any]]:
         docs = []

@@ -109,20 +109,32 @@ def split_paths(quick: bool) -> tuple[Path, Path, Path]:
     return CACHE / "train_quick.csv", CACHE / "test_quick.csv", schema_path
 
 
+def release_settings(train_path: Path, schema_path: Path, epsilon: float, folder: Path,
+                     release_key: Path, mode: str | None = None) -> dict[str, Any]:
+    """The flat release settings (``release.config.load_config`` overrides) of a counts-only
+    release of the training rows (row unit) at ``epsilon`` into ``folder/rel-<epsilon>``
+    (``rel-<mode>-<epsilon>`` with a counts ``mode``; None: the release's default mode). The
+    lifetime cap is set far above any run here, since every release is a separate experiment
+    on the same rows; each has its own ledger folder (one ledger refuses the same rows under a
+    second dataset name) and its own enclave log."""
+    tag = f"{epsilon}" if mode is None else f"{mode}-{epsilon}"
+    return {"data": train_path, "schema": schema_path, "dataset": f"adult-{tag}",
+            "out": folder / f"rel-{tag}", "release_key": release_key, "epsilon": epsilon,
+            "counts_share": 1.0, "selection_share": 0.0, "lifetime_epsilon": 2 * INF,
+            "lifetime_ledger": folder / f"ledger-{tag}",
+            "enclave_log": folder / f"enclave-{tag}.log",
+            **({} if mode is None else {"counts_mode": mode})}
+
+
 def counts_release(train_path: Path, schema_path: Path, epsilon: float, folder: Path,
-                   release_key: Path) -> Path:
-    """A counts-only release of the training rows (row unit) at ``epsilon``, into
-    ``folder/rel-<epsilon>``; returns the artifact folder. The lifetime cap is set far
-    above any run here, since every epsilon is a separate experiment on the same rows; each has
-    its own ledger folder (one ledger refuses the same rows under a second dataset name)."""
+                   release_key: Path, mode: str | None = None) -> Path:
+    """A counts-only release of the training rows (see `release_settings`) in counts ``mode``
+    (None: the release's default); returns the artifact folder."""
     from release.config import load_config
     from release.pipeline import run_release
 
-    cfg = load_config(None, {
-        "data": train_path, "schema": schema_path, "dataset": f"adult-{epsilon}",
-        "out": folder / f"rel-{epsilon}", "release_key": release_key, "epsilon": epsilon,
-        "counts_share": 1.0, "selection_share": 0.0, "lifetime_epsilon": 2 * INF,
-        "lifetime_ledger": folder / f"ledger-{epsilon}"})
+    cfg = load_config(None, release_settings(train_path, schema_path, epsilon, folder,
+                                             release_key, mode))
     run_release(cfg)
     return cfg.out
 

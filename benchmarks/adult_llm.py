@@ -77,7 +77,7 @@ def run(epsilons: list[float], n: int = N, overgenerate: float = 2.0,
         t = Path(tmp)
         priv, pub, _ = generate_keypair(t / "release.pem")
         for eps in epsilons:
-            artifact = counts_release(train_path, schema_path, eps, t, priv)
+            artifact = counts_release(train_path, schema_path, eps, t, priv, "marginals")
             released = released_view(read_release(artifact, [pub]))
             row: dict[str, Any] = {"epsilon": label(eps)}
             for name in ("llm", "marginals"):

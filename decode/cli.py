@@ -30,7 +30,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"layers to offload to a GPU, -1 = all (default: ${GPU_ENV} or 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     p.add_argument("--decoder", choices=DECODERS, default="llm",
-                   help="llm (default) or marginals: the no-LLM baseline")
+                   help="llm (default); marginals: the no-LLM baseline (independent fields); "
+                        "model: whole records from the released counts model (artifacts "
+                        "released with [counts] mode = \"fixed\", \"aim\" or \"mst\")")
     abl = p.add_argument_group("selection and ablations")
     abl.add_argument("--overgenerate", type=float, default=2.0, metavar="F",
                      help="candidates per output row before selection (default 2)")
@@ -88,9 +90,10 @@ COMMAND = Command(
     description="Verify the artifact's signatures against keys you trust, then decode N "
                 "synthetic rows from it alone: allocate rows over classes from the noisy "
                 "counts, generate candidates (local LLM with few-shot DP exemplars and a "
-                "schema grammar, or the marginals baseline), keep those closest to the DP "
-                "winners (SelectTop), fit them to the released counts (IPF, systematic "
-                "sampling, swaps, within-bin redraw) and write Parquet/CSV/JSONL plus "
+                "schema grammar, the marginals baseline, or whole records from the counts "
+                "model), keep those closest to the DP winners (SelectTop), fit them to the "
+                "released counts (IPF, systematic sampling, swaps, within-bin redraw) and "
+                "write Parquet/CSV/JSONL plus "
                 "<out>.provenance.json. A killed run resumes from <out>.partial.jsonl.",
     add_arguments=_add_arguments,
     run=_run,

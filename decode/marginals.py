@@ -65,6 +65,10 @@ class MarginalsDecoder:
         mass = np.where(sizes > 0, base, 0.0)
         return shares(mass if mass.sum() > 0 else sizes)
 
+    def probs(self, class_value: Any, name: str) -> np.ndarray:
+        """The class's probabilities over the categories or bins of field ``name``."""
+        return self._probs[class_value][name]
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name,
                 "text_source": "placeholder" if self.uses_placeholder else "exemplars",
@@ -74,20 +78,19 @@ class MarginalsDecoder:
         """Record ``i`` of ``class_value``'s stream."""
         k = self.released.class_index(class_value)
         rng = np.random.default_rng([self.seed, _STREAM, k, i])
-        probs, texts = self._probs[class_value], self._texts[class_value]
-        out: dict[str, Any] = {}
-        for f in self.schema.record_fields:
-            if f.name == self.schema.label:
-                out[f.name] = class_value
-            elif f.kind == "text":
-                pool = texts[f.name]
-                out[f.name] = pool[int(rng.integers(len(pool)))] if pool else placeholder_text(f)
-            elif f.kind == "categorical":
-                out[f.name] = f.enum[int(rng.choice(len(f.enum), p=probs[f.name]))]
-            else:
-                j = int(rng.choice(len(f.bins) - 1, p=probs[f.name]))
-                out[f.name] = sample_in_bin(f, j, rng)
-        return out
+        return {f.name: class_value if f.name == self.schema.label else
+                self.draw(f, class_value, rng) for f in self.schema.record_fields}
+
+    def draw(self, f: Field, class_value: Any, rng: np.random.Generator) -> Any:
+        """One value of field ``f`` for a record of ``class_value`` (not the label); the
+        model decoder draws the fields its model lacks here too."""
+        if f.kind == "text":
+            pool = self._texts[class_value][f.name]
+            return pool[int(rng.integers(len(pool)))] if pool else placeholder_text(f)
+        probs = self._probs[class_value][f.name]
+        if f.kind == "categorical":
+            return f.enum[int(rng.choice(len(f.enum), p=probs))]
+        return sample_in_bin(f, int(rng.choice(len(f.bins) - 1, p=probs)), rng)
 
     def generate(self, class_value: Any, start: int, total: int,
                  on_record: Callable[[dict[str, Any]], None]) -> None:

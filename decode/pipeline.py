@@ -2,7 +2,8 @@
 
     rel        = read_release(artifact, trusted)      # signatures checked before parsing
     rows[c]    = allocate(class balance, N)           # clamp, renormalise, largest remainder
-    cand[c]    = ceil(overgenerate * rows[c]) candidates from the decoder (LLM or marginals),
+    cand[c]    = ceil(overgenerate * rows[c]) candidates from the decoder (LLM, marginals or
+                 the counts model),
                  appended to the checkpoint as they come (a rerun resumes)
     keep[c]    = SelectTop: the candidates closest to the class's winners (SelPE)
     out[c]     = fit: IPF weights, systematic sampling, swaps, within-bin redraw (CoRTeC)
@@ -31,6 +32,7 @@ from decode.fidelity import released_tvd
 from decode.fit import FitConfig, class_margins, fit_class, l1_distance
 from decode.llm import LLMDecoder
 from decode.marginals import MarginalsDecoder
+from decode.model import ModelDecoder
 from decode.progress import GenerationProgress
 from decode.released import Released, released_view
 from decode.select_top import artifact_kernel, closest, winner_distances
@@ -49,8 +51,8 @@ from selpe_audit.llm.models import load_llm
 from selpe_audit.llm.prompts import templates_digest
 
 PROVENANCE_FORMAT = "selpe-audit/decode-provenance"
-DECODERS = ("llm", "marginals")
-_FIT_STREAM = 2  # seeds of the fit's draws, apart from the marginals decoder's (1)
+DECODERS = ("llm", "marginals", "model")
+_FIT_STREAM = 2  # seeds of the fit's draws, apart from the marginals (1) and model (3) decoders
 
 
 class RecordSource(Protocol):
@@ -146,6 +148,8 @@ def select(released: Released, cand: dict[Any, list[dict[str, Any]]], rows: dict
 def make_decoder(released: Released, settings: DecodeSettings) -> RecordSource:
     if settings.decoder == "marginals":
         return MarginalsDecoder(released, settings.seed)
+    if settings.decoder == "model":
+        return ModelDecoder(released, settings.seed)
     llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers, seed=settings.seed)
     return LLMDecoder(released, llm, seed=settings.seed, two_stage=settings.two_stage)
 

@@ -7,12 +7,14 @@ decoders compute with. Everything here is public: DP outputs or post-processing 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from selpe_audit.artifact.document import VerifiedRelease
+from selpe_audit.artifact.model_block import CountsModel, Topics
 from selpe_audit.artifact.view import Cohorts, ReleaseView
 from selpe_audit.schema import Field, Schema
 
@@ -24,7 +26,8 @@ class Histogram:
     field: Field
     keys: tuple[Any, ...]
     dp_counts: np.ndarray  # (classes, keys)
-    scale: float           # the Laplace scale of every cell (ledger), for fit weights
+    scale: float           # a cell's noise, for fit weights: the model's stddev in model
+                           # modes, else the Laplace scale of the ledger
 
     def cell(self, value: Any) -> int:
         """The category or bin index of a value of this field."""
@@ -73,6 +76,16 @@ class Released:
         """Post-processing for prompts: the class's most likely category or bin per field."""
         return self.view.counts.class_hints()[class_value]
 
+    @property
+    def model(self) -> CountsModel | None:
+        """The released noisy marginals of a model-mode artifact (None before model modes)."""
+        return self.view.counts.model
+
+    @property
+    def topics(self) -> Mapping[str, Topics]:
+        """Public topic codebooks of free-text fields, by field."""
+        return self.view.counts.topics
+
 
 def released_view(rel: VerifiedRelease) -> Released:
     """What decode uses of a verified release.json (a malformed one is a `UserError`)."""
@@ -83,7 +96,8 @@ def released_view(rel: VerifiedRelease) -> Released:
     histograms = {
         name: Histogram(schema.field(name), h.keys, np.asarray(h.dp_counts_by_class,
                                                                dtype=np.int64),
-                        scales.get(h.mechanism_id or "", 1.0))
+                        float(h.stddev) if h.stddev is not None
+                        else scales.get(h.mechanism_id or "", 1.0))
         for name, h in counts.histograms.items()}
     block: Cohorts | None = counts.cohorts
     cohorts = () if block is None else tuple(

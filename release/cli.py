@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from release.config import load_config
+from release.config import COUNTS_MODES, load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.modes import mode_names, modes, or_list
 from selpe_audit.cli.command import Command
@@ -27,8 +27,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", dest="release_key", help="release signing key (PEM)")
     p.add_argument("--epsilon", type=float, help="total epsilon of this release (default 2.0)")
     p.add_argument("--delta", type=float,
-                   help="delta for the Gaussian selection modes (default 1e-6; selpe and the "
-                        "counts are pure epsilon-DP)")
+                   help="the release's total delta, split over its zCDP parts (model counts "
+                        "modes, Gaussian selection modes; default 1e-6); counts mode "
+                        "'marginals' with selpe is pure epsilon-DP")
     p.add_argument("--unit", choices=["row", "person"], help="privacy unit")
     p.add_argument("--id-field", help="person id field (unit = person)")
     p.add_argument("--max-contributions", type=int, help="rows kept per person (unit = person)")
@@ -38,6 +39,15 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lifetime cap on the sum of the releases' deltas (default 1e-5)")
     p.add_argument("--invalid-rows", choices=["fail", "drop"],
                    help="what to do with rows that break the schema (default fail)")
+    cnt = p.add_argument_group("counts")
+    cnt.add_argument("--counts-mode", choices=list(COUNTS_MODES),
+                     help="fixed (default: the label's 2-way marginals with every field, "
+                          "OpenDP contingency tables, zCDP), aim, mst, or marginals (Laplace "
+                          "class-conditional histograms, pure epsilon-DP)")
+    cnt.add_argument("--topics", type=int,
+                     help="topic anchors per free-text field in the model modes (default: 8 "
+                          "with a --candidates pool, else 0; > 0 without a pool builds the "
+                          "codebook from LLM candidates)")
     sel = p.add_argument_group("selection (SelPE)")
     sel.add_argument("--selection", dest="selection_mode", choices=list(mode_names()),
                      help="selection mechanism: " + or_list(
@@ -61,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         "data", "query", "table", "schema", "dataset", "out", "release_key", "epsilon", "delta",
         "selection_mode", "unit", "id_field", "max_contributions", "lifetime_ledger",
         "lifetime_epsilon", "lifetime_delta", "invalid_rows",
-        "candidates", "model", "gpu_layers", "rounds", "batches", "k")}
+        "candidates", "model", "gpu_layers", "rounds", "batches", "k", "counts_mode",
+        "topics")}
     if args.counts_share is not None:
         overrides.update(counts_share=args.counts_share, selection_share=1 - args.counts_share)
     cfg = load_config(args.config, overrides)

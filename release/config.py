@@ -31,6 +31,14 @@ Example (``examples/release.toml``)::
     max_contributions = 2
 
     [counts]
+    mode = "fixed"         # "marginals" (Laplace histograms per class), "fixed" (a fixed
+                           # workload of the label's 2-way marginals, Gaussian, zCDP), "aim",
+                           # "mst" (OpenDP's adaptive contingency tables); see COUNTS_MODES
+    class_share = 0.25     # share of the histogram/marginal budget for the class balance
+    topics = 8             # topic anchors per free-text field (model modes; 0: off); left
+                           # out: 8 when a public pool is set ([selection] candidates), else
+                           # 0 (set it to build the codebook from LLM candidates instead)
+    aim_rounds = 8         # aim: at most this many selected marginals
     gamma = 0.2            # share of the counts budget for cohort counts
     alpha = 0.2            # share for conditional rates
     n_min = 10             # suppress a rate whose noisy cell size is below this
@@ -52,11 +60,13 @@ Example (``examples/release.toml``)::
     radius = 0.5           # representatives: clip norm of a row's offset from its anchor
     dims = 16              # representatives: dimensions of the public basis
 
-Delta: selpe and the counts are pure epsilon-DP (delta = 0, and a delta > 0 is refused).
-The Gaussian modes spend rho-zCDP that OpenDP converts to (epsilon, delta) at the given
-delta; leaving delta out uses DEFAULT_DELTA = 1e-6 (a fixed public number: a rule like
-1 / n^1.1 would depend on the private row count). Delta should stay well below 1 / (number
-of privacy units); more than MAX_DELTA = 1e-3 is refused.
+Delta: selpe and the "marginals" counts are pure epsilon-DP. The counts modes "fixed",
+"aim" and "mst" and the Gaussian selection modes spend rho-zCDP that OpenDP converts to
+(epsilon, delta); budget.delta is the release's total delta, split evenly over the parts
+that need one. Leaving it out uses DEFAULT_DELTA = 1e-6 (a fixed public number: a rule like
+1 / n^1.1 would depend on the private row count); a delta > 0 with no such part is refused.
+Delta should stay well below 1 / (number of privacy units); more than MAX_DELTA = 1e-3 is
+refused.
 """
 
 from __future__ import annotations
@@ -80,6 +90,11 @@ from selpe_audit.schema import CohortRule, Schema
 DEFAULT_EPSILON = 2.0
 DEFAULT_DELTA = 1e-6
 MAX_DELTA = 1e-3
+#: counts modes: the first is today's Laplace histograms, the others OpenDP's contingency
+#: tables (opendp.extras.mbi) in zCDP - see release.counts_model
+COUNTS_MODES = ("marginals", "fixed", "aim", "mst")
+DEFAULT_COUNTS_MODE = "fixed"
+DEFAULT_TOPICS = 8
 
 
 @dataclass(frozen=True)
@@ -169,6 +184,10 @@ class PrivacyUnitConfig:
 class CountsConfig:
     """[counts], [[cohorts]] and [[rates]]: the noisy counts' plan inside their budget."""
 
+    mode: str = DEFAULT_COUNTS_MODE
+    class_share: float = 0.25
+    topics: int | None = None  # None: DEFAULT_TOPICS with a public pool, else off
+    aim_rounds: int = 8
     gamma: float = 0.2
     alpha: float = 0.2
     n_min: int = 10
@@ -176,6 +195,15 @@ class CountsConfig:
     rates: tuple[RateSpec, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.mode not in COUNTS_MODES:
+            raise UserError(f"config: counts.mode must be one of {', '.join(COUNTS_MODES)} "
+                            f"(got '{self.mode}')")
+        if not 0 < self.class_share < 1:
+            raise UserError("config: counts.class_share must be a share in (0, 1)")
+        if (self.topics is not None and (self.topics < 0 or self.topics == 1)) \
+                or self.aim_rounds < 1:
+            raise UserError("config: counts.topics must be 0 (off) or >= 2, and "
+                            "counts.aim_rounds >= 1")
         if not (0 <= self.gamma < 1 and 0 <= self.alpha < 1 and self.gamma + self.alpha < 1):
             raise UserError("config: counts.gamma and counts.alpha must be >= 0 with "
                             "gamma + alpha < 1 (the rest is for histograms)")
@@ -190,6 +218,11 @@ class CountsConfig:
         names = [c.name for c in self.cohorts]
         if len(set(names)) != len(names):
             raise UserError("config: cohort names must be unique")
+
+    @property
+    def is_model(self) -> bool:
+        """Counts as a graphical model (OpenDP contingency tables, zCDP): needs a delta."""
+        return self.mode != "marginals"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,11 +331,39 @@ class ReleaseConfig:
         return self.budget.selection_share > 0
 
     @property
+    def topics(self) -> int:
+        """Topic anchors per free-text field: 0 unless a model counts mode runs; left out,
+        DEFAULT_TOPICS when a public pool gives the texts (LLM texts cost minutes on a CPU
+        and are asked for by setting counts.topics)."""
+        if not self.counts.is_model:
+            return 0
+        if self.counts.topics is not None:
+            return self.counts.topics
+        return DEFAULT_TOPICS if self.selection.candidates is not None else 0
+
+    @property
+    def _zcdp_parts(self) -> int:
+        """How many parts spend rho-zCDP converted to (epsilon, delta): counts, selection."""
+        return int(self.counts.is_model) + int(self.selects and self.selection.needs_delta)
+
+    def _delta_share(self) -> float:
+        total = DEFAULT_DELTA if self.budget.delta is None else self.budget.delta
+        return total / self._zcdp_parts if self._zcdp_parts else 0.0
+
+    @property
     def selection_delta(self) -> float:
-        """The delta the release spends: 0 unless a zCDP selection mode runs."""
-        if not (self.selects and self.selection.needs_delta):
-            return 0.0
-        return DEFAULT_DELTA if self.budget.delta is None else self.budget.delta
+        """The selection's delta: 0 unless a zCDP selection mode runs."""
+        return self._delta_share() if self.selects and self.selection.needs_delta else 0.0
+
+    @property
+    def counts_delta(self) -> float:
+        """The counts' delta: 0 for the pure-DP "marginals" mode."""
+        return self._delta_share() if self.counts.is_model else 0.0
+
+    @property
+    def release_delta(self) -> float:
+        """The delta the whole release spends (counts and selection)."""
+        return self.selection_delta + self.counts_delta
 
     def check(self, schema: Schema) -> ReleaseConfig:
         """The checks that need the schema (one-line `UserError`); return self."""
@@ -311,24 +372,28 @@ class ReleaseConfig:
 
     def _check_delta(self) -> None:
         """budget.delta against the selection mode, and against budget.lifetime_delta."""
-        delta, mode = self.budget.delta, self.selection.mode
-        if self.selection.needs_delta:
+        delta = self.budget.delta
+        if self._zcdp_parts:
+            what = (f"counts mode '{self.counts.mode}'" if self.counts.is_model
+                    else f"selection mode '{self.selection.mode}'")
             if delta == 0:
-                raise UserError(f"config: selection mode '{mode}' is Gaussian and needs "
-                                "budget.delta > 0 (leave it out for the default "
-                                f"{DEFAULT_DELTA:g})")
+                raise UserError(f"config: {what} is Gaussian (zCDP) and needs budget.delta > 0 "
+                                f"(leave it out for the default {DEFAULT_DELTA:g}, or use "
+                                "counts.mode = \"marginals\" with a pure-DP selection mode)")
             if delta is not None and delta > MAX_DELTA:
                 raise UserError(f"config: budget.delta {delta:g} is above {MAX_DELTA:g}; keep "
                                 "it well below 1 / (number of privacy units)")
         elif delta:
             zcdp = [d.name for d in modes() if d.needs_delta]
             pure = [d.name for d in modes() if not d.needs_delta]
-            raise UserError(f"config: budget.delta > 0 applies to the Gaussian selection modes "
-                            f"({', '.join(zcdp)}) only; {or_list(pure)} and the counts are "
-                            "pure epsilon-DP: set delta = 0 or leave it out")
+            raise UserError(f"config: budget.delta > 0 applies to the zCDP counts modes "
+                            f"({', '.join(COUNTS_MODES[1:])}) and the Gaussian selection modes "
+                            f"({', '.join(zcdp)}) only; counts mode 'marginals' and "
+                            f"{or_list(pure)} are pure epsilon-DP: set delta = 0 or leave it "
+                            "out")
         cap = self.budget.lifetime_delta  # None: the ledger checks its stored cap
-        if cap is not None and self.selection_delta > cap:
-            raise UserError(f"config: budget.delta {self.selection_delta:g} exceeds the "
+        if cap is not None and self.release_delta > cap:
+            raise UserError(f"config: budget.delta {self.release_delta:g} exceeds the "
                             f"lifetime delta {cap:g}; lower budget.delta or leave "
                             "budget.lifetime_delta out")
 
@@ -379,7 +444,8 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         ("selection", "selection_share"), ("lifetime_epsilon", "lifetime_epsilon"),
         ("lifetime_delta", "lifetime_delta"), ("lifetime_ledger", "lifetime_ledger"))},
     "privacy_unit": {k: ("privacy_unit", k) for k in ("unit", "id_field", "max_contributions")},
-    "counts": {k: ("counts", k) for k in ("gamma", "alpha", "n_min")},
+    "counts": {k: ("counts", k) for k in ("mode", "class_share", "topics", "aim_rounds",
+                                          "gamma", "alpha", "n_min")},
     "selection": {k: ("selection", k) for k in (
         "mode", "rounds", "k", "batches", "q", "schedule", "candidates", "model", "gpu_layers",
         "seed", "channels", "threshold", "anchors", "radius", "dims")},
@@ -390,6 +456,7 @@ _TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows", "quer
 OVERRIDES: dict[str, tuple[str, str]] = {
     **{f: (s, f) for table in _SECTIONS.values() for s, f in table.values()},
     "selection_mode": ("selection", "mode"), "generation_seed": ("selection", "seed"),
+    "counts_mode": ("counts", "mode"),
     "cohorts": ("counts", "cohorts"), "rates": ("counts", "rates"),
 }
 _PATHS = {"data", "schema", "out", "release_key", "lifetime_ledger", "candidates",

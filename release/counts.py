@@ -1,8 +1,9 @@
 """CoRTeC-style noisy counts: what is measured, over which public keys, with which budget.
 
-Budget inside the counts share (eps_c): a gamma share for cohort x class counts (if
-cohorts are configured), an alpha share for conditional rates (if configured), the rest
-split evenly over the class balance and one class-conditional histogram per field.
+The "marginals" counts mode (the model modes are `release.counts_model`). Budget inside the
+counts share (eps_c): a gamma share for cohort x class counts (if cohorts are configured),
+an alpha share for conditional rates (if configured); of the rest, ``class_share`` for the
+class balance and the remainder split evenly over one class-conditional histogram per field.
 Histograms of different fields over the same rows compose sequentially; within one
 histogram, classes (and cohorts) are disjoint and compose in parallel.
 """
@@ -96,16 +97,20 @@ def _keys(columns: dict[str, int]) -> pl.DataFrame:
 
 
 def plan_queries(schema: Schema, cfg: ReleaseConfig) -> list[CountQuery]:
-    """The fixed, data-independent workload of count queries and their epsilons."""
+    """The "marginals" mode's fixed, data-independent workload of count queries and their
+    epsilons: the class balance gets ``class_share`` of the histogram budget (so a small
+    class is not zeroed by noise), the class-conditional histograms split the rest."""
     eps_c = cfg.budget.counts_epsilon
     gamma = cfg.counts.gamma if cfg.counts.cohorts else 0.0
     alpha = cfg.counts.alpha if cfg.counts.rates else 0.0
     fields = [f for f in schema.record_fields if f.kind in ("categorical", "numeric")
               and f.name != schema.label]
-    eps_hist = eps_c * (1 - gamma - alpha) / (1 + len(fields))
+    eps_tables = eps_c * (1 - gamma - alpha)
+    eps_class = eps_tables * cfg.counts.class_share if fields else eps_tables
+    eps_hist = (eps_tables - eps_class) / len(fields) if fields else 0.0
     classes = len(schema.classes)
     queries = [CountQuery("counts/class_balance", (CLASS_COL,), _keys({CLASS_COL: classes}),
-                          eps_hist, "all rows, one cell per class",
+                          eps_class, "all rows, one cell per class",
                           "sequential with the other count queries")]
     for f in fields:
         queries.append(CountQuery(
@@ -114,16 +119,26 @@ def plan_queries(schema: Schema, cfg: ReleaseConfig) -> list[CountQuery]:
             f"all rows; class x {'category' if f.kind == 'categorical' else 'bin'} of "
             f"{f.name}", "sequential across fields; parallel across classes and bins"))
     if cfg.counts.cohorts:
-        queries.append(CountQuery(
-            "counts/cohorts", (COHORT_COL, CLASS_COL),
-            _keys({COHORT_COL: len(cfg.counts.cohorts) + 1, CLASS_COL: classes}), eps_c * gamma,
-            "all rows; cohort x class", "parallel across disjoint cohorts and classes"))
+        queries.append(cohort_query(schema, cfg, eps_c * gamma))
+    return queries + rate_queries(schema, cfg, eps_c * alpha)
+
+
+def cohort_query(schema: Schema, cfg: ReleaseConfig, budget: float) -> CountQuery:
+    """Cohort x class counts (``budget``: the query's epsilon, or rho in a zCDP context)."""
+    return CountQuery(
+        "counts/cohorts", (COHORT_COL, CLASS_COL),
+        _keys({COHORT_COL: len(cfg.counts.cohorts) + 1, CLASS_COL: len(schema.classes)}),
+        budget, "all rows; cohort x class", "parallel across disjoint cohorts and classes")
+
+
+def rate_queries(schema: Schema, cfg: ReleaseConfig, budget: float) -> list[CountQuery]:
+    """Cell x outcome counts per configured rate, sharing ``budget`` evenly."""
+    queries = []
     for i, r in enumerate(cfg.counts.rates):
         cells = {key_col(c): len(public_values(schema.field(c))) for c in r.cells}
         queries.append(CountQuery(
             f"counts/rates/{i}", (*cells, f"{OUTCOME_COL}{i}"),
-            _keys({**cells, f"{OUTCOME_COL}{i}": 2}),
-            eps_c * alpha / len(cfg.counts.rates),
+            _keys({**cells, f"{OUTCOME_COL}{i}": 2}), budget / len(cfg.counts.rates),
             f"all rows; cells of {', '.join(r.cells)} x outcome",
             "parallel across cells; the two counts per cell are disjoint rows"))
     return queries
@@ -150,6 +165,7 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, release: CountsRelease) -
     cb = _lookup(res["counts/class_balance"])
     out: dict[str, Any] = {
         "signed": True,
+        "mode": "marginals",
         "class_balance": {
             "mechanism_id": "counts/class_balance",
             "classes": classes,
@@ -172,27 +188,30 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, release: CountsRelease) -
                                    for k in range(len(classes))],
         }
     if cfg.counts.cohorts:
-        look = _lookup(res["counts/cohorts"])
-        cohorts = []
-        for i, c in enumerate([*cfg.counts.cohorts, None]):
-            name = c.name if c else OTHER_COHORT
-            per_class = [look[(i, k)] for k in range(len(classes))]
-            cohorts.append({
-                "name": name,
-                "where": ({k: list(v) for k, v in c.where.items()} if c
-                          else "rows in no other cohort"),
-                "dp_counts_by_class": per_class,
-                "post_size": sum(per_class),
-            })
-        out["cohorts"] = {"mechanism_id": "counts/cohorts", "classes": classes,
-                          "cohorts": cohorts}
+        out["cohorts"] = cohorts_block(schema, cfg, res["counts/cohorts"])
     if cfg.counts.rates:
-        out["rates"] = [_rate_block(schema, cfg, i, r, res[f"counts/rates/{i}"])
+        out["rates"] = [rate_block(schema, cfg, i, r, res[f"counts/rates/{i}"])
                         for i, r in enumerate(cfg.counts.rates)]
     return out
 
 
-def _rate_block(schema: Schema, cfg: ReleaseConfig, i: int, r: RateSpec,
+def cohorts_block(schema: Schema, cfg: ReleaseConfig, res: NoisyCounts) -> dict[str, Any]:
+    """Noisy cohort x class counts, one entry per configured cohort and the catch-all."""
+    look = _lookup(res)
+    cohorts = []
+    for i, c in enumerate([*cfg.counts.cohorts, None]):
+        per_class = [look[(i, k)] for k in range(len(schema.classes))]
+        cohorts.append({
+            "name": c.name if c else OTHER_COHORT,
+            "where": ({k: list(v) for k, v in c.where.items()} if c
+                      else "rows in no other cohort"),
+            "dp_counts_by_class": per_class,
+            "post_size": sum(per_class),
+        })
+    return {"mechanism_id": "counts/cohorts", "classes": schema.classes, "cohorts": cohorts}
+
+
+def rate_block(schema: Schema, cfg: ReleaseConfig, i: int, r: RateSpec,
                 res: NoisyCounts) -> dict[str, Any]:
     look = _lookup(res)
     cells = []

@@ -44,6 +44,12 @@ def _user_defined() -> Iterator[None]:
             dp.disable_features(HONEST_BUT_CURIOUS)
 
 
+def post_processing(function: Callable[[Any], Any]) -> dp.Function:
+    """A pure post-processing step as an OpenDP Function (user-defined: built under the flag)."""
+    with _user_defined():
+        return dp.new_function(function, TO="ExtrinsicObject")
+
+
 def _user_domain(name: str) -> dp.Domain:
     """A private input the functions check themselves (OpenDP does not call the member
     test when a measurement is invoked)."""
@@ -122,15 +128,22 @@ def count_measurement(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> dp.M
                                            lazyframe=plan, global_scale=scale)
 
     slot = float(ctx.d_mids[0])
-    scale = float(make(1.0).map(ctx.d_in)) / slot * (1 + 1e-12)
+    probe = float(make(1.0).map(ctx.d_in))
+    if ctx.accountant.output_measure == dp.zero_concentrated_divergence():
+        scale = math.sqrt(probe / slot) * (1 + 1e-9)  # Gaussian: rho = rho(1) / scale^2
+    else:
+        scale = probe / slot * (1 + 1e-12)            # Laplace: epsilon = epsilon(1) / scale
     measurement = make(scale)
     if measurement.map(ctx.d_in) > slot:
         raise RuntimeError("OpenDP calibration exceeded its budget slot")
     return measurement
 
 
-def new_context(priv_frame: pl.LazyFrame, unit: PrivacyUnit, epsilons: list[float]) -> dp.Context:
-    """A compositor over a frame of u32 key codes (and the person id as text, if any)."""
+def new_context(priv_frame: pl.LazyFrame, unit: PrivacyUnit, budgets: list[float],
+                measure: str = "epsilon") -> dp.Context:
+    """A compositor over a frame of u32 key codes (and the person id as text, if any);
+    ``budgets`` are the queries' epsilons, or their rhos with ``measure="rho"`` (zCDP:
+    Gaussian noise)."""
     types = {pl.UInt32: dp.u32, pl.UInt64: dp.u64, pl.String: dp.String}
     domain = dp.lazyframe_domain([dp.series_domain(name, dp.atom_domain(T=types[dtype]))
                                   for name, dtype in priv_frame.collect_schema().items()])
@@ -138,8 +151,8 @@ def new_context(priv_frame: pl.LazyFrame, unit: PrivacyUnit, epsilons: list[floa
         data=priv_frame,
         domain=domain,
         privacy_unit=unit.opendp_unit(),
-        privacy_loss=dp.loss_of(epsilon=sum(epsilons)),
-        split_by_weights=epsilons,
+        privacy_loss=dp.loss_of(**{measure: sum(budgets)}),
+        split_by_weights=budgets,
     )
 
 
@@ -304,6 +317,11 @@ def gaussian_compositor(rhos: list[float]) -> dp.Measurement:
 def to_approx_dp(measurement: dp.Measurement, delta: float) -> dp.Measurement:
     """OpenDP's rho-zCDP -> (epsilon, delta) conversion at a fixed delta."""
     return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(measurement), delta)
+
+
+def to_approx_dp_of_rho(rho: float, delta: float) -> tuple[float, float]:
+    """(epsilon, delta) of a total rho-zCDP, from OpenDP's conversion."""
+    return approx_dp_of([rho], delta)
 
 
 def approx_dp_of(rhos: list[float], delta: float) -> tuple[float, float]:

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from rich.console import Console
 
+from release import counts_model
 from release.config import ReleaseConfig
 from release.counts import UNIT_COL, counts_section, derive_frame, plan_queries
 from release.enclave_log import EnclaveLog
@@ -33,6 +35,7 @@ from release.selection import (
     unit_id_of,
 )
 from release.selection.candidates import CandidateSource, candidate_source
+from release.topics import assign_topics, build_codebook, public_topic_texts
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions, write_release
 from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
 from selpe_audit.artifact.signing import key_id, load_private_key
@@ -43,6 +46,12 @@ from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.review.page import write_review_html
 from selpe_audit.schema import Schema, load_schema
 
+MODEL_ACCOUNTANT = (
+    "OpenDP: a Context compositor in zero-concentrated DP over every count query (the "
+    "contingency table's marginals, cohorts, rates: rho adds up), whose total rho OpenDP "
+    "converts to (epsilon, delta) at the counts' delta (counts/zcdp-to-approx-dp); then the "
+    "selection (if any) by its own accountant; the parts compose sequentially (epsilons and "
+    "deltas add). zCDP entries state rho; their epsilon is counted in the conversion entry.")
 ACCOUNTANT = ("OpenDP: a Context compositor over the count queries and an adaptive "
               "compositor over the selection rounds, each entry's epsilon from its privacy "
               "map; the two parts compose sequentially (total = their sum)")
@@ -53,6 +62,10 @@ GAUSSIAN_ACCOUNTANT = (
     "(selection/zcdp-to-approx-dp); the two parts compose sequentially (epsilons add, the "
     "delta is the selection's). Round entries state rho and mu; their epsilon is counted "
     "in the conversion entry.")
+
+
+#: LLM candidates per class for the topic codebooks when no public pool is configured
+TOPIC_TEXTS_PER_CLASS = 12
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,7 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
                             budget.lifetime_delta)
     planned = budget.epsilon
     ledger_id = ledger.folder.ledger_id()
-    source = None
+    source, codebooks, embedder = None, {}, None
     if cfg.selects:  # load models before any row is read: failures cost nothing
         with con.status("loading the candidate generator and the embedder"):
             source = candidate_source(schema, sel.candidates, sel.model, sel.gpu_layers,
@@ -82,10 +95,14 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
             kernel = Kernel(schema, None, KernelConfig(channels=sel.channels))
             if kernel.semantic_channels:  # numeric channels alone need no model
                 kernel.embedder = Embedder()
-    rid = ledger.reserve(planned, cfg.selection_delta, note=f"release to {cfg.out}")
+    if _uses_topics(cfg, schema):  # public inputs only, before any row is read
+        with con.status("topic codebooks from public texts"):
+            embedder = Embedder()
+            codebooks = _codebooks(cfg, schema, source, embedder)
+    rid = ledger.reserve(planned, cfg.release_delta, note=f"release to {cfg.out}")
     spent_eps, spent_delta = ledger.spent()
     cap_eps, cap_delta = ledger.caps()
-    delta_note = f"; delta {spent_delta:g} of {cap_delta:g}" if cfg.selection_delta else ""
+    delta_note = f"; delta {spent_delta:g} of {cap_delta:g}" if cfg.release_delta else ""
     con.print(f"[bold]release[/] {cfg.dataset}: epsilon {planned:g} reserved in the lifetime "
               f"ledger ({spent_eps:g} of {cap_eps:g} now committed{delta_note})")
     log = EnclaveLog(cfg.enclave_log, tag=f"[{cfg.dataset} {rid}]")
@@ -104,15 +121,14 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
                 "lifetime_epsilon": cap_eps, "lifetime_delta": cap_delta,
                 "committed_epsilon": spent_eps, "committed_delta": spent_delta}
     # From here on DP mechanisms run: the reservation stands whatever happens.
-    with con.status("noisy counts (OpenDP)"):
-        frame = derive_frame(table.priv_rows, schema, cfg, person_field)
-        counts = release_counts(frame, unit, plan_queries(schema, cfg))
-    entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0, r.scope,
-                           r.composition) for r in counts.results]
-    counts_block = counts_section(schema, cfg, counts)
-    total, total_delta = counts.total_epsilon, 0.0
+    t_counts = time.perf_counter()
+    with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
+        entries, counts_block, total, total_delta = _measure_counts(
+            cfg, schema, table.priv_rows, unit, person_field, codebooks, embedder)
+    log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.1f} s")
     selection, run = None, None
     if source is not None:
+        t_selection = time.perf_counter()
         with con.status(f"selection ({sel.mode})") as status:
             rows = get(sel.mode).private_rows(table.priv_rows, schema, person_field)
             priv = _private_classes(rows, schema, kernel, person_field)
@@ -123,11 +139,12 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
                                 hints=counts_view(counts_block).class_hints(),
                                 progress=_progress(con, log, status.update))
             del priv
+        log.write(f"selection ({sel.mode}) in {time.perf_counter() - t_selection:.1f} s")
         entries += selection_entries(cfg, run)
         total += run.accounting.epsilon
-        total_delta = run.accounting.delta
+        total_delta += run.accounting.delta
         selection = selection_section(cfg, kernel, source, run)
-    if total > budget.epsilon + 1e-9 or total_delta > cfg.selection_delta * (1 + 1e-9):
+    if total > budget.epsilon + 1e-9 or total_delta > cfg.release_delta * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting exceeds the configured budget")
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
                          counts_block, selection, total_delta,
@@ -152,6 +169,50 @@ def _progress(con: Console, log: EnclaveLog,
         if not con.is_terminal:
             con.print(message)
     return report
+
+
+def _measure_counts(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str, Any]],
+                    unit: PrivacyUnit, person_field: str | None,
+                    codebooks: dict[str, Any], embedder: Embedder | None,
+                    ) -> tuple[list[LedgerEntry], dict, float, float]:
+    """The counts stage in the configured mode: ledger entries, the artifact's counts block,
+    and the (epsilon, delta) OpenDP's maps give."""
+    frame = derive_frame(priv_rows, schema, cfg, person_field)
+    if not cfg.counts.is_model:
+        counts = release_counts(frame, unit, plan_queries(schema, cfg))
+        entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
+                               r.scope, r.composition) for r in counts.results]
+        return entries, counts_section(schema, cfg, counts), counts.total_epsilon, 0.0
+    topics = {name: len(cb.anchors) for name, cb in codebooks.items()}
+    if codebooks and embedder is not None:  # a row's topic from its own text, one at a time
+        encoder = embedder.private_view()
+        frame = frame.with_columns(
+            pl.Series(counts_model.topic_col(name),
+                      assign_topics(cb, (r.get(name) for r in priv_rows), encoder),
+                      dtype=pl.UInt32)
+            for name, cb in codebooks.items())
+        del encoder
+    cols = counts_model.model_columns(schema, topics)
+    rel = counts_model.release_model(frame, unit, schema, cfg, cols)
+    block = counts_model.counts_section(schema, cfg, cols, rel,
+                                        {name: cb.to_json() for name, cb in codebooks.items()})
+    return counts_model.ledger_entries(cfg, cols, rel), block, rel.epsilon, rel.delta
+
+
+def _uses_topics(cfg: ReleaseConfig, schema: Schema) -> bool:
+    return cfg.topics > 0 and bool(schema.by_kind("text"))
+
+
+def _codebooks(cfg: ReleaseConfig, schema: Schema, source: CandidateSource | None,
+               embedder: Embedder) -> dict[str, Any]:
+    """Per free-text field, k public anchor texts: from the pool, or from LLM candidates
+    (the selection's source when it runs, else one made from the same settings)."""
+    sel = cfg.selection
+    if source is None:
+        source = candidate_source(schema, sel.candidates, sel.model, sel.gpu_layers, sel.seed)
+    return {name: build_codebook(name, texts, cfg.topics, embedder, sel.seed, label)
+            for name, (texts, label) in public_topic_texts(source, schema,
+                                                           TOPIC_TEXTS_PER_CLASS).items()}
 
 
 def _private_classes(priv_rows: list[dict[str, Any]], schema: Schema, kernel: Kernel,
@@ -220,21 +281,28 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
         "schema_sha256": schema.sha256(),
         "privacy_unit": unit,
         "release_key_id": release_key_id,
-        "budget": {"epsilon": budget.epsilon, "delta": cfg.selection_delta,
+        "budget": {"epsilon": budget.epsilon, "delta": cfg.release_delta,
                    "split": {"counts": budget.counts_share,
                              "selection": budget.selection_share},
-                   "counts": {"gamma": counts_cfg.gamma if counts_cfg.cohorts else 0.0,
+                   "counts": {"mode": counts_cfg.mode, "class_share": counts_cfg.class_share,
+                              "topics": cfg.topics,
+                              "delta": cfg.counts_delta,
+                              "gamma": counts_cfg.gamma if counts_cfg.cohorts else 0.0,
                               "alpha": counts_cfg.alpha if counts_cfg.rates else 0.0,
                               "n_min": counts_cfg.n_min},
                    **{k: v for k, v in lifetime_caps.items() if v is not None}},
-        "ledger": ledger_block(entries, total,
-                               GAUSSIAN_ACCOUNTANT if selection_mu is not None else ACCOUNTANT,
-                               total_delta),
+        "ledger": ledger_block(entries, total, _accountant(cfg, selection_mu), total_delta),
         "guarantees": guarantees,
         "counts": counts,
         "selection": selection,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _accountant(cfg: ReleaseConfig, selection_mu: float | None) -> str:
+    if cfg.counts.is_model:
+        return MODEL_ACCOUNTANT
+    return GAUSSIAN_ACCOUNTANT if selection_mu is not None else ACCOUNTANT
 
 
 def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dict[str, Any]:

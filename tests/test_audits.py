@@ -257,6 +257,39 @@ def test_mu_audit_statistics():
 
 
 @pytest.mark.parametrize("unit", ["row", "person"])
+def test_model_marginals_audit_passes_and_flags_a_factor_two(demo_schema, unit):
+    """Issue 19: the model counts modes' noisy marginals (the measurement the release's
+    CalibratedFixed builds) on D and D + a canary row or person, audited in mu. At epsilon
+    4 (mu 0.79) 200 pooled runs catch the halved noise scale (mu 1.58) all but always; a
+    correct mechanism FAILs by chance 1 time in 200 (the 99 % interval's upper tail)."""
+    good = mechanism.audit(mechanism.model_neighbours(demo_schema, 4.0, unit=unit),
+                           runs=100, calibration_runs=100)
+    d = good["details"]
+    assert d["rho"] <= d["claimed_rho"] * (1 + 1e-9)
+    assert d["mu"] == pytest.approx(d["claimed_mu"], rel=1e-6)  # the canary is worst case
+    sensitivity = 2.0 if unit == "person" else 1.0  # the canary person: 2 identical rows
+    assert [m["sensitivity"] for m in d["marginals"]] == [sensitivity] * 3
+    assert good["passed"] and good["mu"]["passed"]
+    bad = mechanism.audit(mechanism.model_neighbours(demo_schema, 4.0, unit=unit,
+                                                     scale_factor=0.5),
+                          runs=100, calibration_runs=100)
+    assert bad["details"]["mu"] == pytest.approx(2 * d["mu"], rel=1e-6)
+    assert not bad["passed"] and not bad["mu"]["passed"]
+    assert bad["mu"]["mu_ci99"][0] > bad["mu"]["claimed_mu"]
+
+
+def test_mechanism_cli_model_kind(tmp_path):
+    rc = run_cli("mechanism", "--kind", "model", "--unit", "row", "--epsilon", "4",
+                 "--runs", "50", "--calibration-runs", "50", "--report", tmp_path / "m.json")
+    report = json.loads((tmp_path / "m.json").read_text())
+    (audit,) = report["result"]["audits"]
+    assert audit["mechanism"] == "model (row unit)" and "mu" in audit
+    assert audit["details"]["claimed_mu"] == pytest.approx(math.sqrt(2 * audit["details"][
+        "claimed_rho"]))
+    assert rc == (0 if audit["passed"] else 1)  # the verdict itself is the test above
+
+
+@pytest.mark.parametrize("unit", ["row", "person"])
 def test_release_audit_end_to_end_passes_and_flags_a_factor_two(unit):
     """Issue 18 item 6: whole releases (counts + one selpe round, pool mode, numeric kernel)
     on D and D + a canary person with rows in two classes; small CI size."""

@@ -21,9 +21,11 @@ def _run_runner(tmp_path, names: str) -> Path:
 
 @pytest.mark.slow
 def test_benchmarks_quick(tmp_path):
-    text = _run_runner(tmp_path, "counts,selection,adult").read_text()
-    blocks = [json.loads(b.split("```")[0]) for b in text.split("```json\n")[1:]]
-    counts, selection, adult = blocks
+    out = _run_runner(tmp_path, "counts,selection,adult")
+    text = out.read_text()
+    entries = json.loads(out.with_suffix(".json").read_text())
+    counts, selection, adult = (entries[n]["result"] for n in ("counts", "selection", "adult"))
+    assert "```json" not in text  # the page has tables; the numbers stay in RESULTS.json
     assert counts["time_ratio"] > 0 and counts["rows"] == 20_000
     assert 0 < counts["opendp_handoff_s"] < counts["opendp_s"]
     assert selection["winners_at_inf_beat_random"]
@@ -115,3 +117,25 @@ def test_selection_modes_quick(tmp_path):
         assert all(0.0 <= row[m]["auc_tfidf"] <= 1.0 for m in modes)
         assert all(0.0 <= row[m]["tvd_1way"] <= 1.0 for m in modes)
     assert "| n / class | epsilon | selpe | pe-histogram | representatives" in out.read_text()
+
+
+@pytest.mark.slow
+def test_counts_modes_quick(tmp_path):
+    """Every counts mode on Adult side by side, the demo and the stage timings, at smoke
+    size, through the runner: a table, a summary line and plots on the page."""
+    out = _run_runner(tmp_path, "counts_modes")
+    r = json.loads(out.with_suffix(".json").read_text())["counts_modes"]["result"]
+    runs = [x for x in r["adult"]["runs"] if "models" in x]
+    assert {x["mode"] for x in runs} >= {"marginals", "fixed"}
+    for x in runs:
+        for m in ("tfidf_logreg", "hgb_embeddings", "onehot_logreg", "hgb_native"):
+            assert 0 <= x["models"][m]["synthetic"] <= 1
+        assert x["release"]["seconds"] > 0 and x["release"]["peak_rss_mib"] > 0
+        assert set(x["tvd_per_field"]) and 0 <= x["tvd_1way"] <= 1
+    demo = r["demo"]["modes"]
+    assert all(v["releases"] == 2 for v in demo.values())
+    assert r["stages"]["rows"] == 20_000 and r["stages"]["read_validate_s"] is not None
+    text = out.read_text()
+    assert "| mode | eps | decoder | std LR | std GB |" in text
+    assert "plots/counts_modes-gap-standard.svg" in text
+    assert (tmp_path / "plots" / "counts_modes-tvd.svg").exists()

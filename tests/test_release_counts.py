@@ -55,7 +55,7 @@ def _canary_data(tmp: Path) -> Path:
 
 def test_demo_release_counts_are_complete_signed_and_accounted(tmp_path, keys, capfd):
     priv, pub, _ = keys
-    cfg = demo_config(tmp_path, priv, data=_canary_data(tmp_path))
+    cfg = demo_config(tmp_path, priv, data=_canary_data(tmp_path), counts_mode="marginals")
     result = run_release(cfg)
     rel = read_release(cfg.out, [pub])
     doc = rel.doc
@@ -90,7 +90,8 @@ def test_demo_release_counts_are_complete_signed_and_accounted(tmp_path, keys, c
 
 def test_row_unit_scale_and_openDP_map(tmp_path, keys):
     priv, _, _ = keys
-    cfg = demo_config(tmp_path, priv, unit="row", max_contributions=1, cohorts=(), rates=())
+    cfg = demo_config(tmp_path, priv, unit="row", max_contributions=1, cohorts=(), rates=(),
+                      counts_mode="marginals")
     doc = run_release(cfg).doc
     for e in doc["ledger"]["entries"]:
         assert math.isclose(e["scale"], 1 / e["epsilon"], rel_tol=1e-6)
@@ -212,7 +213,9 @@ def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
          "unknown field 'colour'"),
         ({"gamma": 0.6, "alpha": 0.5}, r"gamma \+ alpha < 1"),
         ({"epsilon": 20.0, "lifetime_epsilon": 10.0}, "exceeds the lifetime budget"),
-        ({"delta": 1e-6}, "delta > 0 applies to the Gaussian selection modes"),
+        ({"delta": 1e-6, "counts_mode": "marginals"},
+         "delta > 0 applies to the zCDP counts modes"),
+        ({"delta": 0.0}, "counts mode 'fixed' is Gaussian"),
         ({"selection_mode": "pe-histogram", "counts_share": 0.5, "selection_share": 0.5,
           "delta": 1e-4, "lifetime_delta": 1e-5},
          "budget.delta 0.0001 exceeds the lifetime delta 1e-05"),

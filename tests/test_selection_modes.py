@@ -153,7 +153,7 @@ def _cfg(tmp_path, **over):
     ({"selection_mode": "pe-histogram", "delta": 0.0}, "needs budget.delta > 0"),
     ({"selection_mode": "representatives", "delta": 0.01}, "above 0.001"),
     ({"selection_mode": "pe-histogram", "delta": 1.5}, "must be a number in [0, 1)"),
-    ({"delta": 1e-6}, "Gaussian selection modes"),
+    ({"delta": 1e-6, "counts_mode": "marginals"}, "Gaussian selection modes"),
     ({"selection_mode": "representatives", "radius": 0.0}, "radius must be"),
 ])
 def test_config_errors_are_one_line(tmp_path, over, message):
@@ -163,9 +163,14 @@ def test_config_errors_are_one_line(tmp_path, over, message):
 
 
 def test_delta_defaults_per_mode(tmp_path):
-    on = {"counts_share": 0.5, "selection_share": 0.5}
+    on = {"counts_share": 0.5, "selection_share": 0.5, "counts_mode": "marginals"}
     assert _cfg(tmp_path, **on).selection_delta == 0.0
     assert _cfg(tmp_path, selection_mode="pe-histogram", **on).selection_delta == DEFAULT_DELTA
     assert _cfg(tmp_path, selection_mode="pe-histogram", delta=1e-8,
                 **on).selection_delta == 1e-8
     assert _cfg(tmp_path, selection_mode="pe-histogram").selection_delta == 0.0
+    # zCDP counts and a Gaussian selection share the release's delta evenly
+    both = _cfg(tmp_path, selection_mode="pe-histogram", counts_share=0.5,
+                selection_share=0.5, counts_mode="fixed", delta=1e-6)
+    assert both.selection_delta == both.counts_delta == 5e-7
+    assert both.release_delta == 1e-6

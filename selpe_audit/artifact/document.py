@@ -73,6 +73,48 @@ _LIFETIME_LEDGER = {
         "committed_delta": {"type": "number", "minimum": 0, "maximum": 1},
     },
 }
+_STR_LIST = {"type": "array", "items": {"type": "string"}}
+#: Optional (format 1): the counts as a graphical model - every released marginal (null cell
+#: last in each key set), its noise and measure, so decode rebuilds the model from it alone.
+_MODEL = {
+    "type": "object",
+    "required": ["algorithm", "measure", "rho", "columns", "marginals"],
+    "properties": {
+        "algorithm": {"enum": ["fixed", "aim", "mst"]},
+        "measure": {"const": "zero-concentrated"},
+        "rho": {"type": "number", "minimum": 0},
+        "estimator": {"type": "string"},
+        "total": _NUM,
+        "columns": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["name", "field", "kind", "keys"],
+            "properties": {"name": {"type": "string"}, "field": {"type": "string"},
+                           "kind": {"enum": ["class", "categories", "bins", "topic"]},
+                           "keys": {"type": "array", "minItems": 1}}}},
+        "marginals": {"type": "array", "items": {
+            "type": "object", "required": ["clique", "stddev", "values"],
+            "properties": {"clique": _STR_LIST,
+                           "stddev": {"type": "number", "exclusiveMinimum": 0},
+                           "values": {"type": "array", "items": _NUM}}}},
+    },
+}
+#: Optional (format 1): per free-text field, its public topic codebook.
+_TOPICS = {"type": "object", "additionalProperties": {
+    "type": "object", "required": ["k", "source", "anchors"],
+    "properties": {
+        "k": {"type": "integer", "minimum": 1},
+        "source": {"enum": ["public pool", "llm candidates"]},
+        "embedding_model": {"type": "string"},
+        "texts_considered": {"type": "integer", "minimum": 0},
+        "anchors": {"type": "array", "items": {
+            "type": "object", "required": ["text", "members"],
+            "properties": {"text": {"type": "string"}, "members": _STR_LIST}}},
+        "embeddings": {"type": "array", "items": {"type": "array", "items": _NUM}},
+    }}}
+_COUNTS = {"type": "object", "properties": {
+    "mode": {"enum": ["marginals", "fixed", "aim", "mst"]},
+    "model": _MODEL,
+    "topics": _TOPICS,
+}}
 _PR = {"type": "array", "items": {"type": "object", "required": ["prior", "success_max"],
                                   "properties": {"prior": _NUM, "success_max": _NUM}}}
 
@@ -162,7 +204,7 @@ def artifact_json_schema() -> dict[str, Any]:
                     "properties": {"mu": {"type": "number", "minimum": 0},
                                    "reconstruction_success_max": _PR}}},
             },
-            "counts": {"type": "object"},
+            "counts": _COUNTS,
             "selection": _selection_schema(),
             "created": {"type": "string"},
         },

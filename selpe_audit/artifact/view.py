@@ -18,9 +18,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from selpe_audit.artifact.model_block import (
+    CountsModel,
+    Topics,
+    check_model,
+    check_topics,
+    parse_model,
+    parse_topics,
+    positive,
+)
 from selpe_audit.errors import UserError
 from selpe_audit.schema import CohortRule, Schema, parse_schema
 
+# "mode", "model" and "topics" are typed below and also stay in ``Counts.extra``, so that the
+# review, which shows extra blocks as they are, keeps showing every released number.
 KNOWN_COUNTS = frozenset({"class_balance", "histograms", "cohorts", "rates", "signed"})
 
 
@@ -49,6 +60,7 @@ class ClassBalance:
     mechanism_id: str | None
     classes: tuple[Any, ...]
     dp_counts: tuple[Any, ...]
+    stddev: Any = None  # model modes: the std of a cell of the model's projection
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,7 @@ class Histogram:
     keys: tuple[Any, ...]
     edges: tuple[Any, ...] | None
     dp_counts_by_class: tuple[tuple[Any, ...], ...]
+    stddev: Any = None  # model modes: the std of a cell (None: no measured marginal covers it)
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,7 @@ class CountSeries:
     where: str
     mechanism_id: str | None
     cells: tuple[tuple[str, Any], ...]  # (cell label, noisy count)
+    stddev: Any = None  # model modes: a cell's standard deviation (else the ledger's scale)
 
 
 @dataclass(frozen=True)
@@ -133,6 +147,9 @@ class Counts:
     cohorts: Cohorts | None
     rates: tuple[Rate, ...]
     extra: Mapping[str, Any]  # blocks this version does not know, shown as they are
+    mode: Any = None  # "marginals" (also when absent), "fixed", "aim" or "mst"
+    model: CountsModel | None = None  # model modes: every noisy marginal, to refit the model
+    topics: Mapping[str, Topics] = field(default_factory=dict)  # free-text topic codebooks
 
     def class_hints(self) -> dict[Any, dict[str, str]]:
         """Post-processing for prompts: each class's most likely category or bin per field
@@ -149,11 +166,12 @@ class Counts:
         cb = self.class_balance
         labels = [str(c) for c in cb.classes]
         yield CountSeries("class balance", cb.mechanism_id,
-                          tuple(zip(labels, cb.dp_counts, strict=False)))
+                          tuple(zip(labels, cb.dp_counts, strict=False)), cb.stddev)
         for name, h in self.histograms.items():
             for cls, row in zip(labels, h.dp_counts_by_class, strict=False):
                 yield CountSeries(f"histogram {name}, class {cls}", h.mechanism_id,
-                                  tuple(zip([str(k) for k in h.keys], row, strict=False)))
+                                  tuple(zip([str(k) for k in h.keys], row, strict=False)),
+                                  h.stddev)
         if self.cohorts is not None:
             co = self.cohorts
             for c in co.cohorts:
@@ -184,7 +202,7 @@ def counts_view(raw: Any) -> Counts:
     counts = as_dict(raw)
     cb = as_dict(counts.get("class_balance"))
     balance = ClassBalance(_str(cb.get("mechanism_id")), _tuple(cb.get("classes")),
-                           _tuple(cb.get("dp_counts")))
+                           _tuple(cb.get("dp_counts")), cb.get("stddev"))
     hists = {}
     for name, h in as_dict(counts.get("histograms")).items():
         h = as_dict(h)
@@ -192,7 +210,8 @@ def counts_view(raw: Any) -> Counts:
         hists[name] = Histogram(name, _str(h.get("mechanism_id")), _str(h.get("kind")),
                                 _tuple(h.get("keys")),
                                 tuple(edges) if isinstance(edges, list) else None,
-                                tuple(_tuple(r) for r in as_list(h.get("dp_counts_by_class"))))
+                                tuple(_tuple(r) for r in as_list(h.get("dp_counts_by_class"))),
+                                h.get("stddev"))
     cohorts = None
     if "cohorts" in counts:
         co = as_dict(counts["cohorts"])
@@ -209,7 +228,9 @@ def counts_view(raw: Any) -> Counts:
                      c.get("post_n_cell"), c.get("post_rate"), c.get("suppressed"))
             for c in map(as_dict, as_list(r.get("cells"))))))
     return Counts(counts.get("signed"), balance, hists, cohorts, tuple(rates),
-                  {k: v for k, v in counts.items() if k not in KNOWN_COUNTS})
+                  {k: v for k, v in counts.items() if k not in KNOWN_COUNTS},
+                  counts.get("mode"), parse_model(counts.get("model")),
+                  parse_topics(counts.get("topics")))
 
 
 # ----- ledger and guarantees -------------------------------------------------------------
@@ -448,6 +469,7 @@ def _check_counts(counts: Counts, schema: Schema) -> Counts:
     if counts.class_balance.classes != classes:
         raise ValueError("class balance classes differ from the schema's label values")
     _ints(counts.class_balance.dp_counts, len(classes))
+    _check_model_parts(counts, schema)
     for name, h in counts.histograms.items():
         f = schema.field(name)
         want = f.enum if f.kind == "categorical" else tuple(f.bin_labels())
@@ -457,9 +479,9 @@ def _check_counts(counts: Counts, schema: Schema) -> Counts:
             raise ValueError(f"histogram '{name}' needs one row per class")
         for row in h.dp_counts_by_class:
             _ints(row, len(want))
+        _stddev(h.stddev)
     if counts.cohorts is None or not counts.cohorts.cohorts:
-        return Counts(counts.signed, counts.class_balance, counts.histograms, None,
-                      counts.rates, counts.extra)
+        return replace(counts, cohorts=None)
     cohorts = []
     for c in counts.cohorts.cohorts:
         _ints(c.dp_counts_by_class, len(classes))
@@ -467,9 +489,26 @@ def _check_counts(counts: Counts, schema: Schema) -> Counts:
         cohorts.append(Cohort(c.name, c.where, c.dp_counts_by_class, c.post_size, rule))
     if sum(c.is_catch_all for c in cohorts) != 1:
         raise ValueError("cohorts need exactly one catch-all cohort")
-    return Counts(counts.signed, counts.class_balance, counts.histograms,
-                  Cohorts(counts.cohorts.mechanism_id, counts.cohorts.classes, tuple(cohorts)),
-                  counts.rates, counts.extra)
+    return replace(counts, cohorts=Cohorts(counts.cohorts.mechanism_id, counts.cohorts.classes,
+                                           tuple(cohorts)))
+
+
+def _stddev(x: Any) -> None:
+    if x is not None and not positive(x):
+        raise ValueError("a released stddev must be a positive number")
+
+
+def _check_model_parts(counts: Counts, schema: Schema) -> None:
+    """The optional model-mode parts: the mode, stddevs, the model and the topic codebooks
+    (an artifact without them, made before model modes, reads as mode "marginals")."""
+    if counts.mode not in (None, "marginals", "fixed", "aim", "mst"):
+        raise ValueError("unknown counts mode")
+    _stddev(counts.class_balance.stddev)
+    check_topics(counts.topics, schema)
+    if counts.model is not None:
+        check_model(counts.model, schema, counts.topics)
+    elif counts.mode not in (None, "marginals"):
+        raise ValueError("a model counts mode needs its counts.model block")
 
 
 def _check_selection(selection: Selection | None, schema: Schema) -> None:

@@ -30,7 +30,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out/demo", help="folder for everything the demo writes")
     p.add_argument("--epsilon", type=float, default=2.0, help="total epsilon of the release")
     p.add_argument("--n", type=int, default=400,
-                   help="synthetic records to decode with the marginals baseline")
+                   help="synthetic records to decode from the released graphical model")
     p.add_argument("--llm-n", type=int, default=20,
                    help="synthetic records to decode with the default LLM as well (about 1 "
                         "record/s on 2 CPU cores; 0 = skip)")
@@ -68,8 +68,8 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
               else ["--candidates", str(out / "candidate_pool.jsonl")])]),
         ("review", ["review", str(art), "--trust", str(keys / "release.pub.pem")]),
         ("approve", ["approve", str(art), "--key", str(keys / "reviewer.pem"), "--yes"]),
-        ("decode, marginals baseline (off-site)", [
-            "decode", str(art), *trust, "--decoder", "marginals", "--n", str(n),
+        ("decode, released model (off-site)", [
+            "decode", str(art), *trust, "--decoder", "model", "--n", str(n),
             "--out", str(synth)]),
     ]
     if llm_n > 0:

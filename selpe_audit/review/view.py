@@ -233,6 +233,11 @@ def _epsilon_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
                                 "and reconstruction bounds are close to vacuous")
 
 
+def positive_number(x: Any) -> bool:
+    v = _num(x)
+    return v is not None and v > 0
+
+
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
@@ -259,7 +264,8 @@ def count_flag(value: Any, floor: int, scale: float | None) -> str | None:
 def _count_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
     floor, scales = count_floor(view), view.ledger.scales()
     for series in view.counts.series():
-        scale = scales.get(series.mechanism_id) if series.mechanism_id else None
+        scale = series.stddev if positive_number(series.stddev) else (
+            scales.get(series.mechanism_id) if series.mechanism_id else None)
         flagged = [(k, v, f) for k, v in series.cells if (f := count_flag(v, floor, scale))]
         if flagged:
             yield ReviewWarning("small counts", series.where,

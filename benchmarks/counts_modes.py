@@ -1,0 +1,583 @@
+"""Counts modes side by side: marginals, fixed, aim and mst on Adult and on the demo.
+
+    python -m benchmarks.counts_modes [--quick] [--modes marginals,fixed,aim,mst]
+                                      [--epsilons 1,2,4,inf] [--parts adult,demo,stages]
+                                      [--json FILE]
+
+Every release here is counts-only (the whole budget on the counts, row unit on Adult, the
+demo's person unit on the demo). The Adult and stage releases each run in a child process
+of their own, which reports the release's wall time (``run_release`` only, not the
+interpreter start) and its peak resident memory (``getrusage`` of the child: imports
+included, so the floor is the ~0.25 GiB of OpenDP, polars and jax).
+
+- Adult (the CoRTeC split, 26,048 train / 6,513 test rows): per mode and epsilon in
+  {1, 2, 4, inf}, a release, then 26,048 rows decoded - the "marginals" decoder for mode
+  "marginals", the "model" decoder for the contingency-table modes - then TSTR on the test
+  rows next to a real sample of the same size, with both evaluators of `audits.utility`
+  (this project's TF-IDF LR and GB on embeddings; the standard one-hot LR and GB on native
+  categoricals), and 1-way TVD per field to the training rows. The release time and peak
+  memory are reported per mode at epsilon 2.
+- Demo (the bundled 400-row fictional sample; 400 other fictional rows as the real test
+  set; the public demo pool for topic anchors): per mode, ``releases`` counts-only releases
+  at epsilon 2 (fresh noise each), 400 rows decoded from each, TSTR AUC of both logistic
+  regressions, and the number of releases in which some class got no decoded row.
+- Stages: one counts-only release of 1,000,000 fictional demo rows in the default counts
+  mode without topic anchors, each stage's wall time read from the release's enclave log
+  (read and validate, counts; selection does not run in a counts-only release). Topic
+  assignment embeds each distinct private text alone, so it is timed apart: the counts
+  stage of 1,000 rows with and without topics.
+
+"inf" is a release at epsilon = 1e6 in mode "marginals" and 1000 in the zCDP modes (OpenDP
+has no epsilon = infinity, and its zCDP conversion overflows at 1e6). ``--quick`` (the CI
+smoke run): Adult's 2,000 / 1,000 head split at epsilon 2 in modes marginals, fixed and aim
+(at most 2 selected marginals; mst takes minutes even there), 2 demo releases of 120
+members in modes marginals and fixed, 20,000 rows for the stages (no topics probe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.adult import INF, fmt, label, parse_epsilons, release_settings, split_paths
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(__file__).parent / ".cache" / "demo"
+MODES = ("marginals", "fixed", "aim", "mst")
+TARGETS = {"adult_eps2_gap_gb_standard": 0.015, "adult_eps2_gap_lr_standard": 0.012,
+           "cortec_gap_eps2": 0.02, "demo_eps2_lr_gap": 0.10, "demo_dropped_releases": 0,
+           "adult_default_release_s": 120.0}
+EVALUATORS = {"standard": ("onehot_logreg", "hgb_native"),
+              "this project": ("tfidf_logreg", "hgb_embeddings")}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big one run is (the full run, or the --quick smoke run)."""
+
+    quick_split: bool            # Adult's 2,000 / 1,000 head split instead of the full one
+    epsilons: tuple[float, ...]  # Adult
+    modes: tuple[str, ...]       # on Adult
+    demo_modes: tuple[str, ...]
+    aim_rounds: int | None       # None: the release's default bound
+    demo_members: int            # rows of the bundled sample used (400 = all)
+    demo_releases: int
+    stage_rows: int
+    topic_rows: int              # rows of the release timed with and without topics (0: skip)
+
+
+FULL = Sizes(False, (1.0, 2.0, 4.0, INF), MODES, MODES, None, 400, 20, 1_000_000, 1_000)
+QUICK = Sizes(True, (2.0,), ("marginals", "fixed", "aim"), ("marginals", "fixed"), 2, 120, 2,
+              20_000, 0)
+COST_EPSILON = 2.0
+#: "epsilon = inf" of the zCDP modes: OpenDP's zCDP -> (epsilon, delta) conversion overflows
+#: at 1e6 (exp of it is not finite); at 1000 the noise is a fraction of a row per marginal.
+ZCDP_INF = 1000.0
+
+
+# ----- one release in a child process ------------------------------------------------------
+
+_STAGES = {"read_validate_s": r"read, checked and fingerprinted the rows in ([\d.]+) s",
+           "counts_s": r"counts \([\w-]+\) in ([\d.]+) s",
+           "selection_s": r"selection \([\w-]+\) in ([\d.]+) s",
+           "total_s": r"wrote and signed the artifact ([\d.]+) s after"}
+
+
+def stage_times(log_text: str) -> dict[str, float | None]:
+    """Each stage's wall time from the release's enclave log (None: that stage did not run
+    or the log does not say)."""
+    out: dict[str, float | None] = {}
+    for key, pattern in _STAGES.items():
+        found = re.findall(pattern, log_text)
+        out[key] = float(found[-1]) if found else None
+    return out
+
+
+def _child(spec: dict[str, Any]) -> dict[str, Any]:
+    """In the child: one release; its wall time, this process's peak RSS, stage times."""
+    from release.config import load_config
+    from release.pipeline import run_release
+
+    cfg = load_config(spec.get("config"), spec["overrides"])
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    doc = run_release(cfg).doc
+    seconds = time.perf_counter() - t0
+    log = Path(cfg.enclave_log)
+    counts = doc.get("counts") or {}
+    return {"seconds": round(seconds, 2),
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "rss_after_imports_mib": round(rss_before, 1),
+            "stages": stage_times(log.read_text() if log.exists() else ""),
+            "mode": counts.get("mode", "marginals")}
+
+
+def release_child(overrides: dict[str, Any], config: Path | None = None,
+                  timeout: float = 7200) -> dict[str, Any]:
+    """One release in a fresh interpreter (wall time and peak memory of that release alone);
+    raises with the child's last output when it fails."""
+    spec = {"config": None if config is None else str(config),
+            "overrides": {k: str(v) if isinstance(v, Path) else v
+                          for k, v in overrides.items()}}
+    r = subprocess.run([sys.executable, "-m", "benchmarks.counts_modes", "--child",
+                        json.dumps(spec)], capture_output=True, text=True, timeout=timeout,
+                       cwd=ROOT, env={**os.environ, "NO_COLOR": "1"})
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode != 0 or not lines:
+        tail = [line.strip() for line in r.stderr.splitlines() if line.strip()][-3:]
+        raise RuntimeError(f"release failed: {' / '.join(tail) or '(no output)'}")
+    return json.loads(lines[-1])
+
+
+# ----- decode and score ----------------------------------------------------------------------
+
+def decoder_for(mode: str) -> str:
+    """The marginals decoder for mode "marginals", the model decoder for the others (the
+    marginals decoder where this checkout has no model decoder yet: reported as such)."""
+    from decode.pipeline import DECODERS
+
+    if mode == "marginals":
+        return "marginals"
+    return "model" if "model" in DECODERS else "marginals"
+
+
+def decode(artifact: Path, trust: Path, out: Path, n: int, decoder: str,
+           seed: int = 0) -> float:
+    """``n`` rows from the artifact into ``out``; the decode's wall time."""
+    from decode.pipeline import DecodeSettings, run_decode
+
+    t0 = time.perf_counter()
+    run_decode(artifact, [trust], 0, out, DecodeSettings(n=n, decoder=decoder, seed=seed))
+    return time.perf_counter() - t0
+
+
+def _auc(u: dict[str, Any]) -> dict[str, Any]:
+    return {m: {"synthetic": v["synthetic"]["macro_auc"],
+                "real_sample": v["real_sample"]["macro_auc"], "gap": v["gap"]}
+            for m, v in u["models"].items()}
+
+
+# ----- Adult ---------------------------------------------------------------------------------
+
+def adult(sizes: Sizes, folder: Path, key: Path, trust: Path) -> dict[str, Any]:
+    """Every (mode, epsilon) on Adult: release in a child, decode, both evaluators, TVD."""
+    from audits.fidelity import run_fidelity
+    from audits.utility import run_utility
+    from release.private_data import read_private_rows
+    from selpe_audit.schema import load_schema
+
+    train_path, test_path, schema_path = split_paths(sizes.quick_split)
+    schema = load_schema(schema_path)
+    real_train = read_private_rows(train_path, schema).priv_rows
+    real_test = read_private_rows(test_path, schema).priv_rows
+    runs = []
+    for mode in sizes.modes:
+        for eps in sizes.epsilons:
+            row: dict[str, Any] = {"mode": mode, "epsilon": label(eps)}
+            used = ZCDP_INF if eps == INF and mode != "marginals" else eps
+            try:
+                settings = release_settings(train_path, schema_path, used, folder, key, mode)
+                if mode == "aim" and sizes.aim_rounds is not None:
+                    settings["aim_rounds"] = sizes.aim_rounds
+                rel = release_child(settings)
+                row["decoder"] = decoder_for(mode)
+                out = folder / f"syn-{mode}-{eps}.parquet"
+                row["decode_s"] = round(decode(settings["out"], trust, out, len(real_train),
+                                               row["decoder"]), 2)
+                table = read_private_rows(out, schema)
+                row["models"] = _auc(run_utility(schema, table.priv_rows, real_train,
+                                                 real_test, None, seed=0))
+                fid = run_fidelity(schema, table, real_train)["overall"]
+                row |= {"tvd_1way": fid["mean_1way"], "tvd_2way": fid["mean_2way"],
+                        "tvd_per_field": fid["tvd_1way"], "release": rel}
+            except Exception as e:  # one failing mode must not hide the others
+                row["error"] = f"{type(e).__name__}: {e}"
+            print(_adult_line(row), flush=True)
+            runs.append(row)
+    cost = {r["mode"]: {"release_s": r["release"]["seconds"],
+                        "peak_rss_mib": r["release"]["peak_rss_mib"],
+                        "decode_s": r["decode_s"]}
+            for r in runs if r["epsilon"] == label(COST_EPSILON) and "release" in r}
+    return {"train_rows": len(real_train), "test_rows": len(real_test),
+            "epsilons": [label(e) for e in sizes.epsilons], "modes": list(sizes.modes),
+            "aim_rounds": sizes.aim_rounds, "runs": runs,
+            "cost_at_epsilon": COST_EPSILON, "cost": cost, "cpus": os.cpu_count()}
+
+
+def _adult_line(r: dict[str, Any]) -> str:
+    if "error" in r:
+        return f"  adult {r['mode']} eps {r['epsilon']}: {r['error']}"
+    m = r["models"]
+    return (f"  adult {r['mode']} eps {r['epsilon']} ({r['decoder']}): gaps std LR "
+            f"{fmt(m['onehot_logreg']['gap'])} GB {fmt(m['hgb_native']['gap'])}, today LR "
+            f"{fmt(m['tfidf_logreg']['gap'])} GB {fmt(m['hgb_embeddings']['gap'])}; TVD "
+            f"{r['tvd_1way']:.3f}; release {r['release']['seconds']:.1f} s, "
+            f"{r['release']['peak_rss_mib']:.0f} MiB")
+
+
+# ----- demo ----------------------------------------------------------------------------------
+
+@dataclass
+class DemoInputs:
+    members: Path
+    test: Path
+    pool: Path
+
+
+def _demo_inputs(folder: Path, members: int) -> DemoInputs:
+    import polars as pl
+
+    from selpe_audit.demo.command import DATA
+    from selpe_audit.demo.generator import generate_rows, write_rows
+
+    data = DATA
+    if members < 400:
+        data = folder / "members.csv"
+        pl.read_csv(DATA, infer_schema=False).head(members).write_csv(data)
+    test = write_rows(generate_rows(400, seed=1), folder / "demo_test.csv")
+    return DemoInputs(Path(data), Path(test), public_pool(folder))
+
+
+def public_pool(folder: Path) -> Path:
+    """The public pool of 600 fictional rows (another seed) that topic anchors come from."""
+    from selpe_audit.demo.generator import generate_rows
+
+    pool = folder / "pool.jsonl"
+    pool.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "patient_id"})
+                            + "\n" for r in generate_rows(600, seed=12345)))
+    return pool
+
+
+def demo_settings(data: Path, folder: Path, key: Path, mode: str, tag: str,
+                  pool: Path | None, epsilon: float = 2.0) -> dict[str, Any]:
+    """A counts-only release of demo rows (the demo's TOML: person unit, cohorts, rates)."""
+    from selpe_audit.schema import demo_schema_path
+
+    return {"data": data, "schema": demo_schema_path(), "dataset": f"demo-{tag}",
+            "out": folder / f"rel-{tag}", "release_key": key, "epsilon": epsilon,
+            "counts_share": 1.0, "selection_share": 0.0, "lifetime_epsilon": 2 * INF,
+            "lifetime_ledger": folder / f"ledger-{tag}", "enclave_log": folder / f"{tag}.log",
+            "counts_mode": mode, **({"candidates": pool} if pool is not None else {})}
+
+
+def _demo_config() -> Path:
+    return ROOT / "selpe_audit" / "data" / "demo_release.toml"
+
+
+def demo(sizes: Sizes, folder: Path, key: Path, trust: Path) -> dict[str, Any]:
+    """Per mode, ``demo_releases`` releases at epsilon 2: TSTR of both LRs, dropped classes."""
+    from audits.io import load_embedder, read_records
+    from audits.utility import run_utility
+    from release.config import load_config
+    from release.pipeline import run_release
+    from selpe_audit.schema import demo_schema_path, load_schema
+
+    schema = load_schema(demo_schema_path())
+    inputs = _demo_inputs(folder, sizes.demo_members)
+    members = read_records(inputs.members, schema)  # records: the person id left out
+    test = read_records(inputs.test, schema)
+    embedder = load_embedder()
+    out: dict[str, Any] = {}
+    for mode in sizes.demo_modes:
+        releases, dropped, errors = [], 0, []
+        decoder = decoder_for(mode)
+        for i in range(sizes.demo_releases):
+            tag = f"{mode}-{i}"
+            settings = demo_settings(inputs.members, folder, key, mode, tag, inputs.pool)
+            if mode == "aim" and sizes.aim_rounds is not None:
+                settings["aim_rounds"] = sizes.aim_rounds
+            try:
+                with _quiet():
+                    run_release(load_config(_demo_config(), settings))
+                syn_path = folder / f"demo-{tag}.parquet"
+                decode(settings["out"], trust, syn_path, len(members), decoder, seed=i)
+                syn = read_records(syn_path, schema)
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+                continue
+            per_class = {str(c): sum(r[schema.label] == c for r in syn) for c in schema.classes}
+            missing = [c for c, k in per_class.items() if k == 0]
+            dropped += bool(missing)
+            u = _auc(run_utility(schema, syn, members, test, embedder, seed=0))
+            releases.append({"rows_per_class": per_class, "classes_without_rows": missing,
+                             "auc": u})
+        out[mode] = {"decoder": decoder, "releases": len(releases),
+                     "releases_with_a_dropped_class": dropped,
+                     **_demo_means(releases), "runs": releases,
+                     **({"errors": errors} if errors else {})}
+        print(_demo_line(mode, out[mode]), flush=True)
+    return {"members": len(members), "test_rows": len(test), "epsilon": 2.0,
+            "releases_per_mode": sizes.demo_releases, "modes": out}
+
+
+def _demo_means(releases: list[dict[str, Any]]) -> dict[str, Any]:
+    import numpy as np
+
+    if not releases:
+        return {}
+    out = {}
+    for m in ("tfidf_logreg", "onehot_logreg"):
+        syn = [r["auc"][m]["synthetic"] for r in releases if r["auc"][m]["synthetic"] is not None]
+        real = releases[0]["auc"][m]["real_sample"]  # seeded: the same in every release
+        out[m] = {"synthetic_mean": float(np.mean(syn)) if syn else None,
+                  "synthetic_min": float(np.min(syn)) if syn else None,
+                  "real_sample": real,
+                  "gap_mean": None if not syn or real is None else real - float(np.mean(syn))}
+    return out
+
+
+def _demo_line(mode: str, d: dict[str, Any]) -> str:
+    if not d.get("releases"):
+        return f"  demo {mode}: no release ({'; '.join(d.get('errors', []))})"
+    return (f"  demo {mode} ({d['decoder']}): {d['releases']} releases, "
+            f"{d['releases_with_a_dropped_class']} with a class dropped; LR tfidf "
+            f"{fmt(d['tfidf_logreg']['synthetic_mean'])}/{fmt(d['tfidf_logreg']['real_sample'])}"
+            f", LR one-hot {fmt(d['onehot_logreg']['synthetic_mean'])}/"
+            f"{fmt(d['onehot_logreg']['real_sample'])}")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The release's console lines, one per release, would drown the benchmark's."""
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+# ----- stages on many demo rows ------------------------------------------------------------
+
+def demo_rows(n: int) -> Path:
+    """``n`` fictional demo rows (seed 7) as CSV, cached (a million take ~6 minutes)."""
+    from selpe_audit.demo.generator import generate_rows, write_rows
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"demo-{n}.csv"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp.csv")
+        write_rows(generate_rows(n, seed=7), tmp)
+        tmp.replace(path)
+    return path
+
+
+def stages(sizes: Sizes, folder: Path, key: Path) -> dict[str, Any]:
+    """One counts-only release of ``stage_rows`` demo rows in the default counts mode without
+    topics, then one of ``topic_rows`` rows with them: the topic assignment embeds each
+    distinct private text alone, which dominates the counts stage on many rows."""
+    import polars as pl
+
+    from release.config import DEFAULT_COUNTS_MODE
+
+    t0 = time.perf_counter()
+    data = demo_rows(sizes.stage_rows)
+    generated = time.perf_counter() - t0
+    pool = public_pool(folder)
+    settings = demo_settings(data, folder, key, DEFAULT_COUNTS_MODE,
+                             f"stages-{sizes.stage_rows}", pool)
+    rel = release_child({**settings, "topics": 0}, _demo_config())
+    out = {"rows": sizes.stage_rows, "counts_mode": rel["mode"], "topics": 0,
+           "release": "counts only (selection does not run: no selection stage time)",
+           "data_generation_s": round(generated, 1), **rel["stages"],
+           "seconds": rel["seconds"], "peak_rss_mib": rel["peak_rss_mib"]}
+    if not sizes.topic_rows:
+        return out
+    small = folder / f"demo-{sizes.topic_rows}.csv"
+    pl.read_csv(data, infer_schema=False).head(sizes.topic_rows).write_csv(small)
+    texts = pl.read_csv(small, infer_schema=False)["chief_complaint"].n_unique()
+    probe = {}
+    for topics in (0, None):  # None: the release's default number of topic anchors
+        tag = f"topics-{sizes.topic_rows}-{'off' if topics == 0 else 'on'}"
+        extra = {} if topics is None else {"topics": 0}
+        r = release_child({**demo_settings(small, folder, key, DEFAULT_COUNTS_MODE, tag, pool),
+                           **extra}, _demo_config())
+        probe["off" if topics == 0 else "on"] = r["stages"]["counts_s"]
+    out["topics_probe"] = {"rows": sizes.topic_rows, "distinct_texts": texts,
+                           "counts_s_without_topics": probe["off"],
+                           "counts_s_with_topics": probe["on"]}
+    return out
+
+
+# ----- the run -------------------------------------------------------------------------------
+
+PARTS = ("adult", "demo", "stages")
+
+
+def run(quick: bool = False, modes: Sequence[str] | None = None,
+        epsilons: Sequence[float] | None = None,
+        parts: Sequence[str] = PARTS) -> dict[str, Any]:
+    from selpe_audit.artifact.signing import generate_keypair
+
+    sizes = QUICK if quick else FULL
+    if modes:
+        sizes = replace(sizes, modes=tuple(modes), demo_modes=tuple(modes))
+    if epsilons:
+        sizes = replace(sizes, epsilons=tuple(epsilons))
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"targets": TARGETS, "epsilon_inf_means": INF,
+                              "epsilon_inf_means_zcdp_modes": ZCDP_INF,
+                              "load_average_at_start": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        key, trust, _ = generate_keypair(folder / "release.pem")
+        for part, fn in (("adult", adult), ("demo", demo), ("stages", stages)):
+            if part not in parts:
+                continue
+            sub = folder / part
+            sub.mkdir()
+            t1 = time.perf_counter()
+            try:
+                result[part] = fn(sizes, sub, key, trust) if part != "stages" \
+                    else fn(sizes, sub, key)
+            except Exception as e:  # keep the other parts
+                result[part] = {"error": f"{type(e).__name__}: {e}"}
+            result[part]["seconds"] = round(time.perf_counter() - t1, 1)
+            print(f"  {part} done in {result[part]['seconds']:.0f} s", flush=True)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    result["load_average_at_end"] = os.getloadavg()[0]
+    result["table"] = table(result)
+    result["summary"] = summary(result)
+    print(result["table"])
+    print(result["summary"])
+    return result
+
+
+# ----- reporting -----------------------------------------------------------------------------
+
+def _best(runs: list[dict[str, Any]], model: str, eps: Any) -> tuple[float | None, str]:
+    gaps = [(r["models"][model]["gap"], r["mode"]) for r in runs
+            if r["epsilon"] == eps and "models" in r and r["models"][model]["gap"] is not None]
+    return min(gaps) if gaps else (None, "-")
+
+
+def summary(result: dict[str, Any]) -> str:
+    """One line: the targets of issue #19 against what was measured."""
+    parts = []
+    a = result.get("adult", {})
+    if "runs" in a:
+        eps = label(COST_EPSILON)
+        gb, gb_mode = _best(a["runs"], "hgb_native", eps)
+        lr, lr_mode = _best(a["runs"], "onehot_logreg", eps)
+        today = min((_best(a["runs"], m, eps) for m in EVALUATORS["this project"]),
+                    key=lambda x: (x[0] is None, x[0] or 0))
+        parts.append(f"Adult eps {eps}: best standard gap GB {fmt(gb)} ({gb_mode}; target "
+                     f"<= {TARGETS['adult_eps2_gap_gb_standard']}), LR {fmt(lr)} ({lr_mode}; "
+                     f"<= {TARGETS['adult_eps2_gap_lr_standard']}); today's evaluator "
+                     f"{fmt(today[0])} ({today[1]}; CoRTeC {TARGETS['cortec_gap_eps2']})")
+        from_cost = a.get("cost", {}).get("fixed")
+        if from_cost:
+            parts.append(f"fixed-mode Adult release {from_cost['release_s']:.0f} s on "
+                         f"{a['cpus']} CPUs (target < 120 s)")
+    d = result.get("demo", {}).get("modes")
+    if d:
+        ok = [m for m, v in d.items() if v.get("releases")]
+        parts.append("demo eps 2 LR gap / releases with a dropped class: " + ", ".join(
+            f"{m} {fmt(d[m]['tfidf_logreg']['gap_mean'])} / "
+            f"{d[m]['releases_with_a_dropped_class']} of {d[m]['releases']}" for m in ok))
+    s = result.get("stages", {})
+    if "counts_s" in s:
+        parts.append(f"{s['rows']:,} demo rows: read+validate {s['read_validate_s']} s, counts "
+                     f"{s['counts_s']} s ({s['counts_mode']}, counts only, no topics)")
+    return "; ".join(parts)
+
+
+def table(result: dict[str, Any]) -> str:
+    """Markdown: Adult gaps per mode and epsilon, cost at epsilon 2, demo, stages."""
+    out: list[str] = []
+    a = result.get("adult", {})
+    if "runs" in a:
+        out += [f"Adult TSTR gap (real sample minus synthetic, macro AUC; {a['train_rows']:,} "
+                f"train / {a['test_rows']:,} test rows; std = one-hot LR / GB on native "
+                "categoricals, today = TF-IDF LR / GB on one-hot + embeddings; inf = epsilon "
+                f"{INF:g}, {ZCDP_INF:g} in the zCDP modes):", "",
+                "| mode | eps | decoder | std LR | std GB | today LR | today GB | TVD 1-way |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in a["runs"]:
+            if "error" in r:
+                out.append(f"| {r['mode']} | {r['epsilon']} | error: "
+                           f"{r['error'][:80].replace('|', '/')} | | | | | |")
+                continue
+            m = r["models"]
+            out.append(f"| {r['mode']} | {r['epsilon']} | {r['decoder']} | "
+                       + " | ".join(fmt(m[k]["gap"]) for k in (
+                           "onehot_logreg", "hgb_native", "tfidf_logreg", "hgb_embeddings"))
+                       + f" | {r['tvd_1way']:.3f} |")
+        if a.get("cost"):
+            out += ["", f"Adult release at epsilon {COST_EPSILON:g} ({a['cpus']} CPUs; peak "
+                    "RSS of the release's own process):", "",
+                    "| mode | release (s) | peak memory (MiB) | decode (s) |", "|---|---|---|---|"]
+            out += [f"| {mode} | {c['release_s']:.1f} | {c['peak_rss_mib']:.0f} | "
+                    f"{c['decode_s']:.1f} |" for mode, c in a["cost"].items()]
+    d = result.get("demo", {})
+    if "modes" in d:
+        out += ["", f"Demo at epsilon 2 ({d['members']} members, {d['test_rows']} test rows; "
+                "mean over releases; real = a real sample of the same size):", "",
+                "| mode | releases | LR TF-IDF syn / real | LR one-hot syn / real | "
+                "releases with a class dropped |", "|---|---|---|---|---|"]
+        for mode, v in d["modes"].items():
+            if not v.get("releases"):
+                out.append(f"| {mode} | 0 | error | | |")
+                continue
+            t, o = v["tfidf_logreg"], v["onehot_logreg"]
+            out.append(f"| {mode} | {v['releases']} | {fmt(t['synthetic_mean'])} / "
+                       f"{fmt(t['real_sample'])} | {fmt(o['synthetic_mean'])} / "
+                       f"{fmt(o['real_sample'])} | {v['releases_with_a_dropped_class']} |")
+    s = result.get("stages", {})
+    if "counts_s" in s:
+        def sec(x: float | None) -> str:
+            return "-" if x is None else f"{x:.1f}"
+        out += ["", f"Release stages on {s['rows']:,} demo rows (counts only, mode "
+                f"{s['counts_mode']}, no topics; selection not run):", "",
+                "| read and validate (s) | counts (s) | selection (s) | total (s) | peak MiB |",
+                "|---|---|---|---|---|",
+                f"| {sec(s['read_validate_s'])} | {sec(s['counts_s'])} | "
+                f"{sec(s['selection_s'])} | {sec(s['total_s'])} | {s['peak_rss_mib']:.0f} |"]
+        p = s.get("topics_probe")
+        if p:
+            out += ["", f"Topics: on {p['rows']:,} rows ({p['distinct_texts']:,} distinct texts) "
+                    f"the counts stage takes {sec(p['counts_s_with_topics'])} s with topic "
+                    f"anchors (each distinct text embedded alone, a bigger model), "
+                    f"{sec(p['counts_s_without_topics'])} s without."]
+    errors = [f"{p}: {result[p]['error']}" for p in ("adult", "demo", "stages")
+              if isinstance(result.get(p), dict) and "error" in result[p]]
+    out += [""] + [f"- error in {e}" for e in errors] if errors else []
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.counts_modes", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--modes", help=f"comma-separated subset of {','.join(MODES)}")
+    ap.add_argument("--epsilons", help="Adult's epsilons, e.g. 1,2,4,inf")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma-separated subset of {','.join(PARTS)}")
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:  # one release, measured in this process (see release_child)
+        print(json.dumps(_child(json.loads(args.child))), flush=True)
+        return 0
+    result = run(args.quick, args.modes.split(",") if args.modes else None,
+                 parse_epsilons(args.epsilons) if args.epsilons else None,
+                 args.parts.split(","))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The ``model`` decoder: records drawn from the released counts model, given their class.
+
+A model-mode artifact (``[counts] mode = "fixed"``, "aim" or "mst") carries every noisy
+marginal OpenDP measured; this decoder refits the same model off-site (`decode.mrf`) and
+draws each record's fields and topics jointly from P(fields, topics | class), so the
+dependencies the model holds between fields (and between a text's topic and the fields)
+survive, which independent per-field draws lose. Per record of class c:
+
+- every model column takes its cell from the exact conditional chain (never OpenDP's null
+  cell, never a numeric bin without a grid point);
+- a categorical field takes the cell's category; a numeric field a value drawn uniformly
+  from the bin's grid points (`decode.bins.sample_in_bin`);
+- a free-text field with a topic column takes one of the topic's public member texts
+  (uniformly; members outside the field's length limits are never used, and a topic with
+  none is never drawn); a free-text field without one gets the marginals decoder's text
+  (an exemplar of c, else the placeholder);
+- a field the model lacks is drawn as the marginals decoder draws it.
+
+Record i of class c uses its own generator seeded by (seed, stream, c's index, i), so the
+stream is the same however it is split into runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from decode.bins import grid_size, sample_in_bin
+from decode.marginals import PLACEHOLDER, MarginalsDecoder
+from decode.mrf import Chain, ClassChain, rebuild_model
+from decode.released import Released
+from selpe_audit.artifact.model_block import CountsModel, ModelColumn, topic_column
+from selpe_audit.errors import UserError
+from selpe_audit.schema import Field
+
+_STREAM = 3  # apart from the marginals decoder's draws (1) and the fit's (2)
+
+NO_MODEL = ("this artifact has no counts model (it was released with counts mode "
+            "\"marginals\"): decode it with --decoder marginals or llm, or release with "
+            "[counts] mode = \"fixed\" (or \"aim\", \"mst\") to use --decoder model")
+
+
+class ModelDecoder:
+    """Samples whole records from the refitted counts model, class fixed first."""
+
+    name = "model"
+
+    def __init__(self, released: Released, seed: int) -> None:
+        block = released.model
+        if block is None:
+            raise UserError(NO_MODEL)
+        self.released, self.seed, self.block = released, seed, block
+        self.schema = released.schema
+        self.validity = 1.0  # every record is built valid; nothing is resampled
+        self._base = MarginalsDecoder(released, seed)
+        self._members = {c.field: self._usable_members(c) for c in block.columns
+                         if c.kind == "topic"}
+        allowed = {c.name: self._allowed(c) for c in block.columns}
+        label = next(c.name for c in block.columns if c.kind == "class")
+        chain = Chain.fit(rebuild_model(block), allowed, label)
+        self._chains: dict[Any, ClassChain] = {
+            c: chain.given(k) for k, c in enumerate(released.classes)}
+        cols = {c.field: c.name for c in block.columns if c.kind != "class"}
+        self._plan = [(f, "label" if f.name == self.schema.label else
+                       "text" if f.kind == "text" else "cell",
+                       topic_column(f.name) if f.kind == "text" else cols.get(f.name))
+                      for f in self.schema.record_fields]
+        # fields the model lacks: the marginals decoder's probabilities, as cumulative lists
+        self._cdfs = {c: {f.name: np.cumsum(self._base.probs(c, f.name)).tolist()
+                          for f, how, col in self._plan if how == "cell" and col is None}
+                      for c in released.classes}
+
+    def _usable_members(self, col: ModelColumn) -> list[list[str]]:
+        """Per topic, its member texts that fit the field's length limits."""
+        f = self.schema.field(col.field)
+        return [[t for t in a.members if f.min_length <= len(t) <= f.max_length]
+                for a in self.released.topics[col.field].anchors]
+
+    def _allowed(self, col: ModelColumn) -> list[int]:
+        """The model cells a record may hold: never the null cell (the last one)."""
+        cells = range(len(col.keys))
+        if col.kind == "bins":
+            f = self.schema.field(col.field)
+            return [j for j in cells if grid_size(f, j) > 0]
+        if col.kind == "topic" and any(self._members[col.field]):
+            return [j for j in cells if self._members[col.field][j]]
+        return list(cells)
+
+    def describe(self) -> dict[str, Any]:
+        texts = {f.name: self._text_source(f) for f in self.schema.by_kind("text")}
+        return {"name": self.name, "counts_model": _model_summary(self.block),
+                "text_source": texts,
+                "placeholder": PLACEHOLDER if "placeholder" in texts.values() else None}
+
+    def _text_source(self, f: Field) -> str:
+        """As the marginals decoder: "placeholder" when some class has no exemplar text."""
+        if any(self._members.get(f.name, [])):
+            return "topics"
+        return "placeholder" if not all(self.released.exemplars(c)
+                                        for c in self.released.classes) else "exemplars"
+
+    def record(self, class_value: Any, i: int) -> dict[str, Any]:
+        """Record ``i`` of ``class_value``'s stream."""
+        k = self.released.class_index(class_value)
+        rng = np.random.default_rng([self.seed, _STREAM, k, i])
+        cells = self._chains[class_value].sample(rng)
+        cdfs = self._cdfs[class_value]
+        out: dict[str, Any] = {}
+        for f, how, col in self._plan:
+            if how == "label":
+                out[f.name] = class_value
+            elif how == "text":
+                pool = self._members[f.name][cells[col]] if col in cells else None
+                out[f.name] = pool[int(rng.integers(len(pool)))] if pool else \
+                    self._base.draw(f, class_value, rng)
+            else:
+                j = cells[col] if col in cells else _pick(cdfs[f.name], rng.random())
+                out[f.name] = f.enum[j] if f.kind == "categorical" else sample_in_bin(f, j, rng)
+        return out
+
+    def generate(self, class_value: Any, start: int, total: int,
+                 on_record: Callable[[dict[str, Any]], None]) -> None:
+        """Records ``start .. total - 1`` of the class's stream, each handed to ``on_record``."""
+        for i in range(start, total):
+            on_record(self.record(class_value, i))
+
+
+def _pick(cdf: list[float], u: float) -> int:
+    """The cell of a cumulative distribution that uniform ``u`` falls in."""
+    return min(bisect.bisect_right(cdf, u * cdf[-1]), len(cdf) - 1)
+
+
+def _model_summary(block: CountsModel) -> dict[str, Any]:
+    """What identifies the model in provenance (and in the checkpoint's binding)."""
+    return {"algorithm": block.algorithm, "estimator": block.estimator,
+            "columns": [c.name for c in block.columns],
+            "marginals": [list(m.clique) for m in block.marginals]}

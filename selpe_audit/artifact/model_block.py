@@ -1,0 +1,182 @@
+"""The counts model and topic codebooks of a release.json (``counts.model``, ``counts.topics``).
+
+A model-mode release (``counts.mode`` fixed, aim or mst) carries every noisy marginal OpenDP
+measured, so decode can refit the same Private-PGM model off-site from the artifact alone,
+and, per free-text field, the public topic codebook whose topic is a column of that model.
+As in `selpe_audit.artifact.view`, ``parse_*`` reads tolerantly (the review must show any
+document) and ``check_*`` refuses a malformed block with a ValueError, which the view turns
+into its one-line `UserError`. Every value here is a DP output or public.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from selpe_audit.schema import Schema
+
+MODEL_ALGORITHMS = ("fixed", "aim", "mst")
+COLUMN_KINDS = ("class", "categories", "bins", "topic")
+TOPIC_PREFIX = "topic:"
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _tuple(x: Any) -> tuple[Any, ...]:
+    return tuple(x) if isinstance(x, list) else ()
+
+
+def positive(x: Any) -> bool:
+    """A finite number > 0 (a standard deviation), not a bool."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def topic_column(field: str) -> str:
+    """The model column of a free-text field's topic."""
+    return f"{TOPIC_PREFIX}{field}"
+
+
+@dataclass(frozen=True)
+class ModelColumn:
+    """One variable of the model. Its model cardinality is ``len(keys) + 1``: OpenDP appends
+    a null cell last to every key set, which no true row reaches."""
+
+    name: Any
+    field: Any
+    kind: Any
+    keys: tuple[Any, ...]
+
+    @property
+    def cells(self) -> int:
+        return len(self.keys) + 1
+
+
+@dataclass(frozen=True)
+class ModelMarginal:
+    """One released noisy marginal: counts row-major over the clique's cells, nulls included."""
+
+    clique: tuple[Any, ...]
+    stddev: Any
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class CountsModel:
+    algorithm: Any
+    measure: Any
+    rho: Any
+    estimator: Any
+    columns: tuple[ModelColumn, ...]
+    marginals: tuple[ModelMarginal, ...]
+    total: Any
+
+    def column(self, name: str) -> ModelColumn | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+
+@dataclass(frozen=True)
+class TopicAnchor:
+    text: Any
+    members: tuple[Any, ...]  # the anchor's text first
+
+
+@dataclass(frozen=True)
+class Topics:
+    """A free-text field's public codebook: topic j is ``anchors[j]``."""
+
+    field: str
+    k: Any
+    source: Any
+    embedding_model: Any
+    texts_considered: Any
+    anchors: tuple[TopicAnchor, ...]
+    embeddings: tuple[Any, ...]
+
+
+def parse_model(raw: Any) -> CountsModel | None:
+    """``counts.model`` read tolerantly; None when the document has none."""
+    if not isinstance(raw, dict):
+        return None
+    cols = tuple(ModelColumn(c.get("name"), c.get("field"), c.get("kind"), _tuple(c.get("keys")))
+                 for c in map(_dict, _tuple(raw.get("columns"))))
+    margs = tuple(ModelMarginal(_tuple(m.get("clique")), m.get("stddev"), _tuple(m.get("values")))
+                  for m in map(_dict, _tuple(raw.get("marginals"))))
+    return CountsModel(raw.get("algorithm"), raw.get("measure"), raw.get("rho"),
+                       raw.get("estimator"), cols, margs, raw.get("total"))
+
+
+def parse_topics(raw: Any) -> dict[str, Topics]:
+    """``counts.topics`` read tolerantly (empty when absent)."""
+    out = {}
+    for name, t in _dict(raw).items():
+        t = _dict(t)
+        out[name] = Topics(name, t.get("k"), t.get("source"), t.get("embedding_model"),
+                           t.get("texts_considered"),
+                           tuple(TopicAnchor(a.get("text"), _tuple(a.get("members")))
+                                 for a in map(_dict, _tuple(t.get("anchors")))),
+                           _tuple(t.get("embeddings")))
+    return out
+
+
+def check_model_shape(model: CountsModel) -> None:
+    """What rebuilding the model needs, without a schema: unique columns, and every marginal
+    over known columns with one integer per cell and a positive standard deviation."""
+    if model.algorithm not in MODEL_ALGORITHMS or model.estimator != "mirror_descent":
+        raise ValueError("unknown counts model algorithm or estimator")
+    names = [c.name for c in model.columns]
+    if not names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):
+        raise ValueError("counts model columns need unique names")
+    cells = {c.name: c.cells for c in model.columns}
+    if not model.marginals:
+        raise ValueError("the counts model has no marginals")
+    for m in model.marginals:
+        if len(set(m.clique)) != len(m.clique) or not all(a in cells for a in m.clique):
+            raise ValueError("a counts model marginal names unknown columns")
+        size = math.prod(cells[a] for a in m.clique)
+        if len(m.values) != size or not all(isinstance(v, int) and not isinstance(v, bool)
+                                            for v in m.values):
+            raise ValueError("a counts model marginal needs one integer per cell")
+        if not positive(m.stddev):
+            raise ValueError("a counts model marginal needs a positive stddev")
+    if not positive(model.total):
+        raise ValueError("the counts model needs a positive total")
+
+
+def check_model(model: CountsModel, schema: Schema, topics: Mapping[str, Topics]) -> None:
+    """The shape, and every column's keys equal to the schema's public key set."""
+    check_model_shape(model)
+    kinds = [c.kind for c in model.columns]
+    if kinds.count("class") != 1 or any(k not in COLUMN_KINDS for k in kinds):
+        raise ValueError("the counts model needs exactly one class column")
+    for c in model.columns:
+        f = schema.field(c.field)
+        if c.kind == "class":
+            ok = f.name == schema.label and c.keys == tuple(str(v) for v in schema.classes)
+        elif c.kind == "categories":
+            ok = f.kind == "categorical" and c.keys == tuple(str(v) for v in f.enum)
+        elif c.kind == "bins":
+            ok = f.kind == "numeric" and c.keys == tuple(f.bin_labels())
+        else:
+            t = topics.get(f.name)
+            ok = (f.kind == "text" and t is not None and
+                  c.keys == tuple(str(j) for j in range(len(t.anchors))))
+        if not ok or (c.kind != "topic" and c.name != f.name) or \
+                (c.kind == "topic" and c.name != topic_column(f.name)):
+            raise ValueError(f"counts model column '{c.name}' differs from the schema")
+
+
+def check_topics(topics: Mapping[str, Topics], schema: Schema) -> None:
+    """Each codebook belongs to a free-text field and has k anchors of public texts."""
+    for name, t in topics.items():
+        if schema.field(name).kind != "text":
+            raise ValueError(f"topics of '{name}': not a free-text field")
+        if not isinstance(t.k, int) or t.k < 1 or len(t.anchors) != t.k:
+            raise ValueError(f"topics of '{name}': k and the anchors disagree")
+        for a in t.anchors:
+            if not isinstance(a.text, str) or not a.members or \
+                    not all(isinstance(m, str) for m in a.members):
+                raise ValueError(f"topics of '{name}': an anchor needs text and members")

@@ -1,0 +1,74 @@
+"""The RESULTS page: short, no JSON dumps, a table per section, plots as SVG files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from benchmarks.report import write_page
+from benchmarks.svg import _ticks, bar_chart, line_chart
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.json"
+
+
+def _entry(result: dict) -> dict:
+    return {"command": "python -m benchmarks.x", "date": "2026-01-01 00:00 UTC",
+            "machine": "2 CPUs (test), Python 3.11, commit abc1234", "seconds": 1.0,
+            "result": result}
+
+
+def _counts_modes_result() -> dict:
+    def run(mode, eps, gap):
+        models = {m: {"synthetic": 0.9 - gap, "real_sample": 0.9, "gap": gap}
+                  for m in ("tfidf_logreg", "hgb_embeddings", "onehot_logreg", "hgb_native")}
+        return {"mode": mode, "epsilon": eps, "decoder": "model", "models": models,
+                "tvd_1way": 0.05, "tvd_per_field": {"age": 0.01, "sex": 0.02}}
+    return {"targets": {"adult_eps2_gap_gb_standard": 0.015, "cortec_gap_eps2": 0.02},
+            "adult": {"epsilons": [1.0, 2.0, "inf"], "modes": ["marginals", "fixed"],
+                      "runs": [run(m, e, g) for m, g in (("marginals", 0.03), ("fixed", 0.01))
+                               for e in (1.0, 2.0, "inf")]},
+            "table": "| a | b |\n|---|---|\n| 1 | 2 |", "summary": "one line"}
+
+
+def test_page_has_tables_and_plots_but_no_json(tmp_path):
+    entries = {"counts_modes": _entry(_counts_modes_result()),
+               "broken": _entry({"error": "RuntimeError: boom"}),
+               "plain": _entry({"x": 1})}
+    write_page(tmp_path / "RESULTS.md", entries, ["counts_modes", "plain"])
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "```" not in text and "one line" in text and "| a | b |" in text
+    assert "**Failed:** RuntimeError: boom" in text
+    svgs = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert svgs == ["counts_modes-gap-standard.svg", "counts_modes-gap-today.svg",
+                    "counts_modes-tvd.svg"]
+    for name in svgs:
+        assert f"plots/{name}" in text
+        ET.fromstring((tmp_path / "plots" / name).read_text())  # well-formed XML
+
+
+def test_render_the_stored_results_is_short(tmp_path):
+    """``--render`` from the committed RESULTS.json: a page under 250 lines, no JSON."""
+    shutil.copy(RESULTS, tmp_path / "RESULTS.json")
+    out = tmp_path / "RESULTS.md"
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "--render", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert len(text.splitlines()) < 250 and "```" not in text
+    for name in json.loads(RESULTS.read_text()):
+        assert f"## {name}" in text
+    section = text.split("## ")[1:]
+    assert all("|---|" in s or "**Failed:**" in s for s in section)  # a table in each
+
+
+def test_svg_charts_escape_and_parse():
+    svg = line_chart("a <b> & c", ["1", "2", "inf"], {"s<1>": [0.1, None, 0.3]}, "y",
+                     reference=(0.2, "target"))
+    root = ET.fromstring(svg)
+    assert root.find("{http://www.w3.org/2000/svg}title").text == "a <b> & c"
+    ET.fromstring(bar_chart("t", ["f1", "f2"], {"m": [0.1, -0.05], "n": [None, 0.2]}))
+    assert _ticks(0, 0.033)[-1] >= 0.033 and _ticks(0, 0)[-1] > 0
