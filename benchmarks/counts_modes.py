@@ -12,11 +12,12 @@ included, so the floor is the ~0.25 GiB of OpenDP, polars and jax).
 
 - Adult (the CoRTeC split, 26,048 train / 6,513 test rows): per mode and epsilon in
   {1, 2, 4, inf} (aim and mst, minutes per release on 2 cores: epsilon 2 only), a
-  release, then 26,048 rows decoded - the "marginals" decoder for mode "marginals", the "model" decoder for the contingency-table modes - then TSTR on the test
-  rows next to a real sample of the same size, with both evaluators of `audits.utility`
-  (this project's TF-IDF LR and GB on embeddings; the standard one-hot LR and GB on native
-  categoricals), and 1-way TVD per field to the training rows. The release time and peak
-  memory are reported per mode at epsilon 2.
+  release, then 26,048 rows decoded - the "marginals" decoder for mode "marginals", the
+  "model" decoder for the contingency-table modes - then TSTR on the test rows next to a
+  real sample of the same size, with both evaluators of `audits.utility` (this project's
+  TF-IDF LR and GB on embeddings; the standard one-hot LR and GB on native categoricals),
+  and 1-way TVD per field to the training rows. The release time and peak memory are
+  reported per mode at epsilon 2.
 - Demo (the bundled 400-row fictional sample; 400 other fictional rows as the real test
   set; the public demo pool for topic anchors): per mode (marginals and fixed: aim and mst
   would take hours over 20 releases), ``releases`` counts-only releases
