@@ -128,8 +128,9 @@ def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd, m
         "data": data, "schema": demo_schema_path(), "release_key": priv,
         "out": tmp_path / "out", "lifetime_ledger": tmp_path / "ledger",
         "candidates": pool_path, "counts_share": 0.5, "selection_share": 0.5,
-        "rounds": 2, "batches": 5, "k": 2, "selection_mode": mode})
-    run_release(cfg)
+        "rounds": 2, "batches": 5, "k": 2, "selection_mode": mode,
+        "counts_mode": "marginals"})  # the selection's own accounting (tests/test_counts_modes.py
+    run_release(cfg)                  # covers the model counts modes)
     doc = read_release(cfg.out, [pub]).doc
     sel = doc["selection"]
     assert [r["round"] for r in sel["rounds"]] == [1, 2]
