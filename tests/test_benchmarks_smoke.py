@@ -116,7 +116,10 @@ def test_selection_modes_quick(tmp_path):
     for row in result["summary"]:
         assert all(0.0 <= row[m]["auc_tfidf"] <= 1.0 for m in modes)
         assert all(0.0 <= row[m]["tvd_1way"] <= 1.0 for m in modes)
-    assert "| n / class | epsilon | selpe | pe-histogram | representatives" in out.read_text()
+    page = out.read_text()
+    assert "| epsilon | selpe | pe-histogram | representatives" in page
+    assert "| mode | round (s) | x selpe |" in page
+    assert "| n / class | epsilon | selpe | pe-histogram | representatives" in result["table"]
 
 
 @pytest.mark.slow
