@@ -17,7 +17,10 @@ included, so the floor is the ~0.25 GiB of OpenDP, polars and jax).
   real sample of the same size, with both evaluators of `audits.utility` (this project's
   TF-IDF LR and GB on embeddings; the standard one-hot LR and GB on native categoricals),
   and 1-way TVD per field to the training rows. The release time and peak memory are
-  reported per mode at epsilon 2.
+  reported per mode at epsilon 2. Two reference rows, no release, show what the class-star
+  workload (the class's 2-way marginal with every field) can reach at best: the training
+  rows with every field redrawn independently within the class, with exact values, and with
+  numbers redrawn uniformly in their schema bin as every decoder here draws them.
 - Demo (the bundled 400-row fictional sample; 400 other fictional rows as the real test
   set; the public demo pool for topic anchors): per mode (marginals and fixed: aim and mst
   would take hours over 20 releases), ``releases`` counts-only releases
@@ -220,7 +223,36 @@ def adult(sizes: Sizes, folder: Path, key: Path, trust: Path) -> dict[str, Any]:
     return {"train_rows": len(real_train), "test_rows": len(real_test),
             "epsilons": [label(e) for e in sizes.epsilons], "modes": list(sizes.modes),
             "aim_rounds": sizes.aim_rounds, "runs": runs,
+            "floor": structure_floor(schema, real_train, real_test),
             "cost_at_epsilon": COST_EPSILON, "cost": cost, "cpus": os.cpu_count()}
+
+
+FLOOR = {"independent": "fields independent within the class, exact values",
+         "independent_binned": "the same, numbers uniform in their schema bin"}
+
+
+def structure_floor(schema: Any, real_train: list[dict[str, Any]],
+                    real_test: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """TSTR of the training rows with each field redrawn independently within its class (the
+    class-star model with exact counts), exact and with numbers binned: no noise, no fit."""
+    import numpy as np
+
+    from audits.utility import run_utility
+    from decode.bins import sample_in_bin
+
+    rng = np.random.default_rng(seed)
+    by_class: dict[Any, list[dict[str, Any]]] = {}
+    for r in real_train:
+        by_class.setdefault(r[schema.label], []).append(r)
+    exact = [{f.name: c if f.name == schema.label else rows[int(rng.integers(len(rows)))][f.name]
+              for f in schema.record_fields} for c, rows in by_class.items() for _ in rows]
+    numeric = [f for f in schema.record_fields if f.kind == "numeric" and f.name != schema.label]
+    binned = [{**r, **{f.name: sample_in_bin(f, f.bin_index(r[f.name]), rng) for f in numeric}}
+              for r in exact]
+    return {name: {"what": FLOOR[name],
+                   "models": _auc(run_utility(schema, rows, real_train, real_test, None,
+                                              seed=seed))}
+            for name, rows in (("independent", exact), ("independent_binned", binned))}
 
 
 def _adult_line(r: dict[str, Any]) -> str:
@@ -482,6 +514,11 @@ def summary(result: dict[str, Any]) -> str:
                      f"<= {TARGETS['adult_eps2_gap_gb_standard']}), LR {fmt(lr)} ({lr_mode}; "
                      f"<= {TARGETS['adult_eps2_gap_lr_standard']}); today's evaluator "
                      f"{fmt(today[0])} ({today[1]}; CoRTeC {TARGETS['cortec_gap_eps2']})")
+        floor = a.get("floor", {}).get("independent_binned")
+        if floor:
+            m = floor["models"]
+            parts.append(f"the class-star floor (exact counts, binned) is GB "
+                         f"{fmt(m['hgb_native']['gap'])}, LR {fmt(m['onehot_logreg']['gap'])}")
         from_cost = a.get("cost", {}).get("fixed")
         if from_cost:
             parts.append(f"fixed-mode Adult release {from_cost['release_s']:.0f} s on "
@@ -520,6 +557,12 @@ def table(result: dict[str, Any]) -> str:
                        + " | ".join(fmt(m[k]["gap"]) for k in (
                            "onehot_logreg", "hgb_native", "tfidf_logreg", "hgb_embeddings"))
                        + f" | {r['tvd_1way']:.3f} |")
+        for v in a.get("floor", {}).values():
+            m = v["models"]
+            out.append(f"| reference: {v['what']} | - | real rows | "
+                       + " | ".join(fmt(m[k]["gap"]) for k in (
+                           "onehot_logreg", "hgb_native", "tfidf_logreg", "hgb_embeddings"))
+                       + " | - |")
         if a.get("cost"):
             out += ["", f"Adult release at epsilon {COST_EPSILON:g} ({a['cpus']} CPUs; peak "
                     "RSS of the release's own process):", "",
