@@ -86,11 +86,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--unit", choices=["row", "person", "both"], default="both",
                    help="model and release audits: the privacy unit(s) audited (default "
                         "both)")
+    k.add_argument("--counts-mode", choices=mechanism.MODEL_MODES, default="fixed",
+                   help="model audit: the counts mode audited (default fixed: its marginals "
+                        "measurement; aim and mst: the whole adaptive algorithm per run, "
+                        f"~3 s each, {mechanism.ADAPTIVE_RUNS} runs by default)")
     k.add_argument("--runs", type=int, help="fresh runs per dataset (default: selection "
                    f"{mechanism.DEFAULT_RUNS['selection']}, counts "
                    f"{mechanism.DEFAULT_RUNS['counts']}, "
                    f"{' and '.join(mechanism.GAUSSIAN_KINDS)} {mechanism.GAUSSIAN_RUNS}, "
-                   f"model {mechanism.DEFAULT_RUNS['model']})")
+                   f"model {mechanism.DEFAULT_RUNS['model']}, model aim or mst "
+                   f"{mechanism.ADAPTIVE_RUNS})")
     k.add_argument("--calibration-runs", type=int, help="runs per dataset to choose the test "
                                                         "(default half of --runs, >= 100)")
     k.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon (default 1)")
@@ -248,10 +253,12 @@ def _run_mechanism(args: argparse.Namespace) -> int:
             continue
         runs = args.runs or mechanism.DEFAULT_RUNS[kind]
         if kind == "model":
+            if args.counts_mode != "fixed":
+                runs = args.runs or mechanism.ADAPTIVE_RUNS
             for unit in mechanism.MODEL_UNITS if args.unit == "both" else (args.unit,):
                 nb = mechanism.model_neighbours(schema, args.epsilon, args.delta, unit,
-                                                args.calibrate_to)
-                with console.status(f"model ({unit} unit): {runs} runs per dataset"):
+                                                args.calibrate_to, mode=args.counts_mode)
+                with console.status(f"{nb.name}: {runs} runs per dataset"):
                     audits.append(mechanism.audit(nb, runs, args.calibration_runs))
             continue
         if kind == "selection":

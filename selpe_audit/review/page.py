@@ -20,6 +20,7 @@ from typing import Any
 from selpe_audit.artifact.canonical import atomic_write_bytes, canonical_bytes
 from selpe_audit.artifact.document import read_release_unverified
 from selpe_audit.artifact.guarantees import protects
+from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
 from selpe_audit.artifact.modes import find_mode
 from selpe_audit.artifact.view import (
     Cohorts,
@@ -39,12 +40,19 @@ from selpe_audit.review.view import (
     ReviewWarning,
     SignatureStatus,
     as_view,
+    cell_rows,
+    class_grid,
+    count_flag,
     count_floor,
     exemplars,
     fmt_value,
+    marginal_title,
+    model_summary,
+    noise_scale,
     personal_data_hits,
     record_layout,
     review_warnings,
+    shown_extra,
     signature_warnings,
     unit_rows,
 )
@@ -62,9 +70,12 @@ def _json(x: Any) -> str:
 
 
 def _count_chart(view: ReleaseView, title: str, rows: list[str], mechanism_id: str | None,
-                 columns: list[tuple[str, Sequence[Any]]]) -> str:
+                 columns: list[tuple[str, Sequence[Any]]], scale: float | None = None) -> str:
+    """Counts as bars; flagged against ``scale`` (a marginal's stddev) when given, else the
+    ledger's noise scale of ``mechanism_id``."""
     floor = count_floor(view)
-    scale = view.ledger.scales().get(mechanism_id) if mechanism_id else None
+    if scale is None and mechanism_id:
+        scale = view.ledger.scales().get(mechanism_id)
     chart = Chart(title, rows, [Column(h, [count_cell(v, floor, scale) for v in vals])
                                 for h, vals in columns])
     return f'<div class="chartbox">{chart.svg()}</div>'
@@ -104,11 +115,15 @@ def _header(doc: dict[str, Any]) -> str:
         f'<p class="mono">release.json SHA-256 (canonical bytes): {_e(sha)}</p></div></header>')
 
 
-def _nav(has_selection: bool, n_warnings: int) -> str:
+def _nav(view: ReleaseView, n_warnings: int) -> str:
     items = [("summary", "Summary"), ("signatures", "Signatures"),
              ("warnings", f"Warnings ({n_warnings})"), ("guarantees", "Guarantees"),
              ("ledger", "Ledger"), ("counts", "Noisy counts")]
-    if has_selection:
+    if view.counts.model is not None:
+        items.append(("model", "Counts model"))
+    if view.counts.topics:
+        items.append(("topics", "Topics"))
+    if view.selection is not None:
         items.append(("selection", "Exemplars"))
     items.append(("schema", "Schema"))
     return "<nav>" + "".join(f'<a href="#{a}">{t}</a>' for a, t in items) + "</nav>"
@@ -268,14 +283,74 @@ def _counts(view: ReleaseView) -> str:
     if counts.cohorts is not None:
         parts.append(_cohorts(view, counts.cohorts, label))
     parts.extend(_rate(view, r) for r in counts.rates)
-    if counts.extra:
+    extra = shown_extra(view)
+    if extra:
         parts.append("<h3>Other released values</h3>" + "".join(
             f'<h4 class="mono">{_e(k)}</h4><pre>{_e(_json(v))}</pre>'
-            for k, v in counts.extra.items()))
+            for k, v in extra.items()))
     if "signed" in as_dict(view.doc.get("counts")):
         parts.append(f'<p class="muted">Counts released signed (may be negative): '
                      f"{_e(fmt_value(counts.signed))}</p>")
     return _section("counts", "Noisy counts", "".join(parts))
+
+
+def _model(view: ReleaseView) -> str:
+    """Model modes: the counts model's header and columns, then every released marginal."""
+    model = view.counts.model
+    if model is None:
+        return ""
+    cols = _table(["column", "field", "kind", "keys (then the null cell, which no row reaches)"],
+                  ([f'<span class="mono">{_e(c.name)}</span>', _e(c.field), _e(c.kind),
+                    _e(", ".join(map(str, c.keys)))] for c in model.columns))
+    parts = [_kv(model_summary(view, model)), "<h3>Columns</h3>", cols,
+             f"<h3>Released marginals ({len(model.marginals)})</h3>", _legend(view)]
+    parts += [_marginal(view, model, m) for m in model.marginals]
+    return _section("model", "Counts model", "".join(parts))
+
+
+def _marginal(view: ReleaseView, model: CountsModel, m: ModelMarginal) -> str:
+    """One marginal: by class like the histograms when it has one, else all its cells."""
+    scale, title = noise_scale(m.stddev), marginal_title(m)
+    grid = class_grid(model, m)
+    if grid is not None:
+        body = _count_chart(view, title, grid[0], None, grid[1], scale=scale)
+    else:
+        heads, cells = cell_rows(model, m)
+        floor = count_floor(view)
+        rows = ([*map(_e, keys), _flat_count(v, floor, scale)] for keys, v in cells)
+        body = (f"<details><summary>{len(cells)} cells</summary>"
+                + _table([*map(_e, heads), "noisy count"], rows) + "</details>")
+    return f'<div class="hist"><h4 class="mono">{_e(title)}</h4>{body}</div>'
+
+
+def _flat_count(value: Any, floor: int, scale: float | None) -> str:
+    """A noisy count in a cell table, its flag (if any) as a tooltip and a colour."""
+    flag = count_flag(value, floor, scale)
+    css = "num" + ("" if not flag else " bad" if flag == "negative" else " muted")
+    return f'<span class="{css}" title="{_e(flag or "")}">{_e(fmt_value(value))}</span>'
+
+
+def _topics(view: ReleaseView) -> str:
+    """Per free-text field, its public topic codebook: topic j of the model is anchor j."""
+    parts = []
+    for name, tp in view.counts.topics.items():
+        rows = ([_e(j), _flagged(a.text), _e(len(a.members)),
+                 f"<details><summary>{len(a.members)} member texts</summary><ul>"
+                 + "".join(f"<li>{_flagged(t)}</li>" for t in a.members) + "</ul></details>"]
+                for j, a in enumerate(tp.anchors))
+        parts.append(
+            f'<h3>Topics of <span class="mono">{_e(name)}</span></h3>'
+            + _kv([("k", tp.k), ("source", tp.source), ("embedding model", tp.embedding_model),
+                   ("texts considered", tp.texts_considered)])
+            + _table(["topic", "anchor text (public)", "members", "member texts (public)"], rows)
+            + f"<details><summary>{len(tp.embeddings)} anchor embeddings (public vectors of "
+            f"the anchor texts)</summary><pre>{_e(_json(list(tp.embeddings)))}</pre></details>")
+    if not parts:
+        return ""
+    return _section("topics", "Topics (public codebooks of the free-text fields)",
+                    "<p>Topic j of a model column <code>topic:FIELD</code> is anchor j; every "
+                    "text here is public (from the public pool or LLM candidates).</p>"
+                    + "".join(parts))
 
 
 def _cohorts(view: ReleaseView, co: Cohorts, label: Any) -> str:
@@ -406,7 +481,8 @@ def render_review_html(doc: dict[str, Any],
     if signature_status is not None:
         warnings = signature_warnings(view, signature_status) + warnings
     body = (_summary(view) + _signatures(signature_status) + _warnings(warnings)
-            + _guarantees(view) + _ledger(view) + _counts(view) + _selection(view)
+            + _guarantees(view) + _ledger(view) + _counts(view) + _model(view)
+            + _topics(view) + _selection(view)
             + _schema(view))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -416,7 +492,7 @@ def render_review_html(doc: dict[str, Any],
         '<link rel="icon" href="data:,">'
         f"<title>selpe-audit review: {_e(doc.get('dataset', ''))} (not trusted)</title>"
         f"<style>{STYLE}</style></head><body>"
-        + _header(doc) + _nav(view.selection is not None, len(warnings))
+        + _header(doc) + _nav(view, len(warnings))
         + f"<main>{body}</main>"
         "<footer>Generated by selpe-audit from release.json. Derived and not trusted: "
         "verify release.json's signatures before relying on it.</footer></body></html>\n")

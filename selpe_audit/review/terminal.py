@@ -4,7 +4,8 @@
 the document is displayed before anyone has verified it - and (re)writes review.html.
 `approve` shows a summary, asks, and signs the exact bytes that were shown with a reviewer
 key; `selpe_audit.artifact.read_release` counts that signature as an approval when the
-reviewer's public key is trusted.
+reviewer's public key is trusted. Over 400 lines: one renderer per part of the artifact,
+in the order review prints them, then the two commands.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rich.text import Text
 
 from selpe_audit.artifact.document import RELEASE_FILE, read_release_unverified
 from selpe_audit.artifact.guarantees import protects
+from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
 from selpe_audit.artifact.signing import key_id, load_private_key, sign_file
 from selpe_audit.artifact.view import Rate, ReleaseView, as_dict, cell_label
 from selpe_audit.cli.command import Command
@@ -33,15 +35,22 @@ from selpe_audit.errors import UserError
 from selpe_audit.review.page import REVIEW_FILE, write_review_html
 from selpe_audit.review.view import (
     EPSILON_HIGH,
+    FLAT_CELLS_SHOWN,
     ReviewWarning,
     SignatureStatus,
+    cell_rows,
+    class_grid,
     count_flag,
     count_floor,
     display_text,
     exemplars,
     fmt_value,
+    marginal_title,
+    model_summary,
+    noise_scale,
     record_layout,
     review_warnings,
+    shown_extra,
     signature_statuses,
     signature_warnings,
     unit_rows,
@@ -136,9 +145,12 @@ def _bar_cell(value: Any, biggest: float, floor: int, scale: float | None) -> Te
 
 
 def _count_table(view: ReleaseView, title: str, rows: list[str], mechanism_id: str | None,
-                 columns: list[tuple[str, Sequence[Any]]]) -> Table:
+                 columns: list[tuple[str, Sequence[Any]]], scale: float | None = None) -> Table:
+    """Counts as bars; flagged against ``scale`` (a marginal's stddev) when given, else the
+    ledger's noise scale of ``mechanism_id``."""
     floor = count_floor(view)
-    scale = view.ledger.scales().get(mechanism_id) if mechanism_id else None
+    if scale is None and mechanism_id:
+        scale = view.ledger.scales().get(mechanism_id)
     nums = [abs(v) for _, vals in columns for v in vals
             if isinstance(v, int | float) and not isinstance(v, bool)]
     biggest = max(nums, default=0)
@@ -176,8 +188,63 @@ def _counts(view: ReleaseView) -> list[Any]:
         out.append(_count_table(view, f"cohorts · {co.mechanism_id}", rows, co.mechanism_id,
                                 cols))
     out.extend(_rate_table(view, r) for r in counts.rates)
+    out.extend(_model(view))
+    out.extend(_topics(view))
     out.extend(Text("other released values ", "bold") + _t(f"{k}: {_json(v)}")
-               for k, v in counts.extra.items())
+               for k, v in shown_extra(view).items())
+    return out
+
+
+def _model(view: ReleaseView) -> list[Any]:
+    """Model modes: the counts model's header and columns, then every released marginal."""
+    model = view.counts.model
+    if model is None:
+        return []
+    head = Text("counts model: ", "bold") + Text(" · ").join(
+        _t(f"{k} {fmt_value(v)}") for k, v in model_summary(view, model))
+    cols = Table(title=Text("counts model columns (each key set ends with a null cell that no "
+                            "row reaches)"), title_justify="left")
+    for col in ("column", "field", "kind", "keys"):
+        cols.add_column(col, overflow="fold")
+    for c in model.columns:
+        cols.add_row(_t(c.name), _t(c.field), _t(c.kind), _t(", ".join(map(str, c.keys))))
+    return [head, cols, *(_marginal(view, model, m) for m in model.marginals)]
+
+
+def _marginal(view: ReleaseView, model: CountsModel, m: ModelMarginal) -> Table:
+    """One marginal: by class like the histograms when it has one, else its cells listed."""
+    scale, title = noise_scale(m.stddev), marginal_title(m)
+    grid = class_grid(model, m)
+    if grid is not None:
+        return _count_table(view, title, grid[0], None, grid[1], scale=scale)
+    heads, cells = cell_rows(model, m)
+    if len(cells) > FLAT_CELLS_SHOWN:
+        title += f" (the first {FLAT_CELLS_SHOWN} shown; all are in review.html)"
+    t = Table(title=_t(title), title_justify="left")
+    for h in [*heads, "noisy count"]:
+        t.add_column(_t(h))
+    floor = count_floor(view)
+    for keys, v in cells[:FLAT_CELLS_SHOWN]:
+        style = _FLAG_STYLE.get(count_flag(v, floor, scale), "yellow")
+        t.add_row(*map(_t, keys), _t(v, style))
+    return t
+
+
+def _topics(view: ReleaseView) -> list[Any]:
+    """Per free-text field, its public topic codebook: topic j of the model is anchor j."""
+    out: list[Any] = []
+    for name, tp in view.counts.topics.items():
+        out.append(Text("topics of ", "bold") + _t(
+            f"{name}: k {fmt_value(tp.k)} · source {fmt_value(tp.source)} · embedding model "
+            f"{fmt_value(tp.embedding_model)} · texts considered "
+            f"{fmt_value(tp.texts_considered)} · {len(tp.embeddings)} anchor embeddings and "
+            "the member texts in review.html"))
+        t = Table()
+        for col in ("topic", "anchor text (public)", "members"):
+            t.add_column(col, overflow="fold")
+        for j, a in enumerate(tp.anchors):
+            t.add_row(_t(j), _t(a.text), _t(len(a.members)))
+        out.append(t)
     return out
 
 

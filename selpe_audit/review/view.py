@@ -4,12 +4,14 @@
 to look at an artifact signed by a key they do not hold yet), so this module never treats
 the document as trusted: signature status is reported per key next to it, and every check
 here only *flags* things - high epsilon, noisy counts dominated by noise or below the
-floor, exemplar text that looks like personal data - for a human to judge.
+floor, exemplar text that looks like personal data - for a human to judge. It
+it also lays out what the terminal and the page share (a model-mode release's marginals).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping
@@ -22,6 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import RELEASE_FILE
 from selpe_audit.artifact.guarantees import group_warning, protects
+from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
 from selpe_audit.artifact.signing import SIGNATURES_DIR, key_id, load_public_key
 from selpe_audit.artifact.view import Exemplar, ReleaseView, as_dict
 
@@ -322,3 +325,85 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(value, list):
         for i, v in enumerate(value):
             yield from _strings(v, f"{path}[{i}]")
+
+
+# ----- the counts model (model modes) --------------------------------------------------------
+
+NULL_CELL = "(null cell: no row)"  # OpenDP's extra cell per key set: released, reached by no row
+FLAT_CELLS_SHOWN = 200  # the terminal lists at most this many cells of a marginal without class
+
+
+def shown_extra(view: ReleaseView) -> dict[str, Any]:
+    """``counts.extra`` less the blocks the review shows typed (mode, model, topics), so each
+    released number is shown once; a marginals-mode artifact keeps its extra as it was."""
+    typed = {"mode", "model"} if view.counts.model is not None else set()
+    if view.counts.topics:
+        typed.add("topics")
+    return {k: v for k, v in view.counts.extra.items() if k not in typed}
+
+
+def class_column(model: CountsModel) -> str | None:
+    """The name of the model's class column (None in a malformed model)."""
+    return next((c.name for c in model.columns if c.kind == "class" and isinstance(c.name, str)),
+                None)
+
+
+def marginal_cells(model: CountsModel,
+                   m: ModelMarginal) -> list[tuple[tuple[str, ...], Any]] | None:
+    """Every noisy count of a marginal with its cell's keys, null cells labelled; the order
+    is the document's (row-major: the clique's last column varies fastest). None when the
+    clique names an unknown column or the counts do not fill its cells (then shown raw)."""
+    labels = []
+    for name in m.clique:
+        col = model.column(name) if isinstance(name, str) else None
+        if col is None:
+            return None
+        labels.append([str(k) for k in col.keys] + [NULL_CELL])
+    keys = list(itertools.product(*labels))
+    return list(zip(keys, m.values, strict=True)) if len(keys) == len(m.values) else None
+
+
+def class_grid(model: CountsModel,
+               m: ModelMarginal) -> tuple[list[str], list[tuple[str, list[Any]]]] | None:
+    """A 1-way marginal, or a 2-way one with the class column, as (row keys, one column of
+    counts per class): the shape of the class-conditional histograms. None otherwise."""
+    cells, cls = marginal_cells(model, m), class_column(model)
+    if cells is None or len(m.clique) > 2 or (len(m.clique) == 2 and cls not in m.clique):
+        return None
+    if m.clique == (cls,):
+        return ["noisy count"], [(f"{cls} {k[0]}", [v]) for k, v in cells]
+    if len(m.clique) == 1:
+        return [k[0] for k, _ in cells], [("noisy count", [v for _, v in cells])]
+    c = m.clique.index(cls)
+    columns: dict[str, list[Any]] = {}
+    for k, v in cells:  # row-major either way: each class's counts stay in key order
+        columns.setdefault(f"{cls} {k[c]}", []).append(v)
+    return list(dict.fromkeys(k[1 - c] for k, _ in cells)), list(columns.items())
+
+
+def model_summary(view: ReleaseView, model: CountsModel) -> list[tuple[str, Any]]:
+    """The counts model's header as (label, value) pairs, for one line or one small table."""
+    return [("counts mode", view.counts.mode), ("algorithm", model.algorithm),
+            ("measure", f"{fmt_value(model.measure)} (rho-zCDP)"), ("rho", model.rho),
+            ("total (noisy total rows)", model.total), ("estimator", model.estimator)]
+
+
+def cell_rows(model: CountsModel,
+              m: ModelMarginal) -> tuple[list[str], list[tuple[tuple[str, ...], Any]]]:
+    """A marginal as flat rows: (headers, cells), its clique's keys per cell; a malformed
+    one's counts keyed by their position, so every count is still shown."""
+    cells = marginal_cells(model, m)
+    if cells is None:
+        return ["cell"], [((str(i),), v) for i, v in enumerate(m.values)]
+    return [str(c) for c in m.clique], cells
+
+
+def marginal_title(m: ModelMarginal) -> str:
+    """``marginal (y, u) · noise stddev 4.76 · 12 cells``."""
+    return (f"marginal ({', '.join(str(c) for c in m.clique)}) · noise stddev "
+            f"{fmt_value(m.stddev)} · {len(m.values)} cells")
+
+
+def noise_scale(stddev: Any) -> float | None:
+    """A marginal's stddev as the scale its counts are flagged against (None if odd)."""
+    return float(stddev) if positive_number(stddev) else None
