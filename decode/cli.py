@@ -42,6 +42,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                      help="skip the fit to the released counts (IPF, sampling, swaps, redraw)")
     abl.add_argument("--single-stage", dest="two_stage", action="store_false",
                      help="generate records in one stage (no latent context)")
+    abl.add_argument("--whole-records", dest="hybrid", action="store_false",
+                     help="llm decoder on an artifact with a counts model: let the LLM write "
+                          "whole records (two-stage) instead of only the free text of records "
+                          "whose fields come from the model")
 
 
 def gpu_layers(arg: int | None) -> int:
@@ -62,7 +66,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("--require-approvals must be >= 0")
     settings = DecodeSettings(n=args.n, decoder=args.decoder, seed=args.seed,
                               overgenerate=args.overgenerate, select_top=args.select_top,
-                              fit=args.fit, two_stage=args.two_stage, model=args.model,
+                              fit=args.fit, two_stage=args.two_stage, hybrid=args.hybrid,
+                              model=args.model,
                               gpu_layers=gpu_layers(args.gpu_layers))
     con = Console(stderr=True, highlight=False)
     result = run_decode(args.artifact, args.trust, args.require_approvals, args.out,

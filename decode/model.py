@@ -104,11 +104,17 @@ class ModelDecoder:
 
     def record(self, class_value: Any, i: int) -> dict[str, Any]:
         """Record ``i`` of ``class_value``'s stream."""
+        return self.draw(class_value, i)[0]
+
+    def draw(self, class_value: Any, i: int) -> tuple[dict[str, Any], dict[str, int]]:
+        """Record ``i`` of ``class_value``'s stream and, per free-text field with a topic
+        column, the topic it was drawn from (the LLM decoder writes that text anew)."""
         k = self.released.class_index(class_value)
         rng = np.random.default_rng([self.seed, _STREAM, k, i])
         cells = self._chains[class_value].sample(rng)
         cdfs = self._cdfs[class_value]
         out: dict[str, Any] = {}
+        topics: dict[str, int] = {}
         for f, how, col in self._plan:
             if how == "label":
                 out[f.name] = class_value
@@ -116,10 +122,16 @@ class ModelDecoder:
                 pool = self._members[f.name][cells[col]] if col in cells else None
                 out[f.name] = pool[int(rng.integers(len(pool)))] if pool else \
                     self._base.draw(f, class_value, rng)
+                if pool:
+                    topics[f.name] = cells[col]
             else:
                 j = cells[col] if col in cells else _pick(cdfs[f.name], rng.random())
                 out[f.name] = f.enum[j] if f.kind == "categorical" else sample_in_bin(f, j, rng)
-        return out
+        return out, topics
+
+    def topic_texts(self, field: str, topic: int) -> list[str]:
+        """The public member texts of a topic that fit the field (anchor text first)."""
+        return self._members[field][topic]
 
     def generate(self, class_value: Any, start: int, total: int,
                  on_record: Callable[[dict[str, Any]], None]) -> None:

@@ -30,6 +30,7 @@ from decode.allocation import allocate
 from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.fidelity import released_tvd
 from decode.fit import FitConfig, class_margins, fit_class, l1_distance
+from decode.hybrid import HybridDecoder
 from decode.llm import LLMDecoder
 from decode.marginals import MarginalsDecoder
 from decode.model import ModelDecoder
@@ -79,6 +80,7 @@ class DecodeSettings:
     keep_share: float = 0.75  # SelectTop keeps this share of candidates when the fit follows
     fit: bool = True
     two_stage: bool = True
+    hybrid: bool = True  # llm on a model-mode artifact: fields from the model, LLM text only
     model: str | None = None
     gpu_layers: int = 0
 
@@ -151,6 +153,8 @@ def make_decoder(released: Released, settings: DecodeSettings) -> RecordSource:
     if settings.decoder == "model":
         return ModelDecoder(released, settings.seed)
     llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers, seed=settings.seed)
+    if settings.hybrid and released.model is not None:
+        return HybridDecoder(released, llm, seed=settings.seed)
     return LLMDecoder(released, llm, seed=settings.seed, two_stage=settings.two_stage)
 
 

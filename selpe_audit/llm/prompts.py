@@ -47,6 +47,10 @@ TEMPLATES: dict[str, str] = {
     "stage2_open": "Description: {description}\nRecord:",
     "single_item": "Record: {record}\n",
     "single_open": "Record:",
+    "text_intro": "Each record's {field} is written after its other fields.\n",
+    "text_example": "Record: {fields}\n{field}: \"{text}\"\n",
+    "text_topic": "Some {field} texts of records like the next one: {items}.\n",
+    "text_open": "Record: {fields}\n{field}: \"",
 }
 
 # Separators inside lists of fields or hints; part of the wording, so part of the digest.
@@ -56,6 +60,8 @@ _RULES = {
     "context_fields": "categorical and free-text fields, not numbers, not the label",
     "record_layout": "compact JSON, schema field order, numbers with x-precision decimals",
     "style": "plain completion (no chat template), BOS first",
+    "text_fields": "hybrid decoder: every field but free text, in the schema's wording; the "
+                   "free text is written in quotes and ends at the closing quote",
 }
 
 
@@ -171,3 +177,39 @@ def single_stage_prompt(schema: Schema, *, class_value: Any,
     pos = "".join(TEMPLATES["single_item"].format(record=t) for t in items(positives))
     return (header(schema, class_value, hints) + neg + TEMPLATES["positives"].format(items=pos)
             + TEMPLATES["single_open"])
+
+
+# ----- the hybrid decoder: free text for records whose other fields are given ---------------
+
+def record_fields_line(record: Mapping[str, Any], schema: Schema) -> str:
+    """Every field of a record but free text, in the schema's wording, label included."""
+    return _SEPARATORS["list"].join(
+        TEMPLATES["description_item"].format(description=f.description,
+                                             value=format_value(f, record[f.name]))
+        for f in schema.record_fields if f.kind not in ("text", "id"))
+
+
+def text_prefix(schema: Schema, field: Field, *, class_value: Any,
+                examples: Sequence[Mapping[str, Any]]) -> str:
+    """The shared part of one class's text prompts: the class, then DP-selected records
+    with their text for ``field`` (public exemplars) as a few-shot list."""
+    head = (TEMPLATES["header"].format(dataset=schema.name)
+            + TEMPLATES["class"].format(label=schema.label_field.description, value=class_value)
+            + TEMPLATES["text_intro"].format(field=field.description))
+    return head + "".join(
+        TEMPLATES["text_example"].format(fields=record_fields_line(r, schema),
+                                         field=field.description,
+                                         text=" ".join(str(r[field.name]).split()))
+        for r in examples)
+
+
+def text_suffix(schema: Schema, field: Field, record: Mapping[str, Any],
+                topic_texts: Sequence[str]) -> str:
+    """One record's part: its topic's public texts (if any), its fields, then the opening
+    quote of the text the model writes."""
+    topic = TEMPLATES["text_topic"].format(
+        field=field.description,
+        items=_SEPARATORS["list"].join(json_text(" ".join(t.split())) for t in topic_texts)
+    ) if topic_texts else ""
+    return topic + TEMPLATES["text_open"].format(fields=record_fields_line(record, schema),
+                                                 field=field.description)
