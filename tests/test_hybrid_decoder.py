@@ -26,7 +26,7 @@ def test_placeholders_are_the_schemas_own_words():
 
 
 def test_the_text_prompt_carries_fields_topic_texts_and_no_text_slot(released):
-    rec, topics = ModelDecoder(released, seed=1).draw(2, 0)
+    rec, _ = ModelDecoder(released, seed=1).draw(2, 0)
     f = SCHEMA.field(TEXT)
     prefix = prompts.text_prefix(SCHEMA, f, class_value=2, examples=[rec])
     assert f'note: "{rec[TEXT]}"' in prefix and "Every record below has class: 2." in prefix
