@@ -209,6 +209,10 @@ def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out:
         doc["generation"] = {"records_this_run": made, "resumed": ckpt.resumed,
                              "seconds": round(seconds, 3),
                              "records_per_s": round(made / seconds, 3) if seconds else None}
+        stats = getattr(decoder, "stats", None)  # LLM decoders: counters, no content
+        if stats is not None:
+            doc["generation"]["llm"] = {k: round(v, 3) if isinstance(v, float) else v
+                                        for k, v in stats.as_dict().items()}
         prov = write_provenance(out, doc)
     except BaseException:
         ckpt.close()
