@@ -17,14 +17,17 @@ The standard tabular evaluator (what TSTR papers on Adult report; free-text fiel
   fields as native categorical features (public category codes).
 
 The baseline trains the same models on a seeded sample of the real training rows with as
-many rows as the synthetic set. Everything is seeded (sampling, models); no DP noise is
-involved, so a rerun with the same --seed gives the same numbers.
+many rows as the synthetic set. A schema with free-text fields also gets a text-quality
+report per field (`audits.text_quality`): text-only TSTR, the share of synthetic texts that
+are near-copies of a real training text, and diversity - counts and shares, never a text.
+Everything is seeded (sampling, models); no DP noise is involved, so a rerun with the same
+--seed gives the same numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -38,6 +41,9 @@ from threadpoolctl import threadpool_limits
 
 from selpe_audit.kernel.distance import TextEncoder
 from selpe_audit.schema import Schema
+
+if TYPE_CHECKING:
+    from audits.text_quality import PublicTexts
 
 #: This project's evaluator first, then the standard tabular one (``STANDARD``).
 MODELS = ("tfidf_logreg", "hgb_embeddings", "onehot_logreg", "hgb_native")
@@ -183,7 +189,13 @@ def evaluate(schema: Schema, train: Sequence[Row], test: Sequence[Row],
 
 def run_utility(schema: Schema, syn: Sequence[Row], real_train: Sequence[Row],
                 real_test: Sequence[Row], embedder: TextEncoder | None,
-                seed: int = 0) -> dict[str, Any]:
+                seed: int = 0, public_texts: PublicTexts | None = None,
+                extra_texts: Mapping[str, Sequence[Row]] | None = None) -> dict[str, Any]:
+    """Every model on synthetic vs. a same-size real sample; with free-text fields, also the
+    text-quality report (`audits.text_quality`; ``public_texts`` and ``extra_texts`` are its
+    ``public`` and ``extra``) under "text"."""
+    from audits import text_quality  # imports this module: import it when needed
+
     n = min(len(syn), len(real_train))
     idx = np.sort(np.random.default_rng(seed).choice(len(real_train), size=n, replace=False))
     real_sample = [real_train[i] for i in idx]
@@ -194,7 +206,7 @@ def run_utility(schema: Schema, syn: Sequence[Row], real_train: Sequence[Row],
         s, r = on_syn[m]["macro_auc"], on_real[m]["macro_auc"]
         models[m] = {"synthetic": on_syn[m], "real_sample": on_real[m],
                      "gap": None if s is None or r is None else r - s}
-    return {
+    out = {
         "sizes": {"synthetic": len(syn), "real_train": len(real_train),
                   "real_sample": n, "real_test": len(real_test)},
         "metric": "macro one-vs-rest ROC AUC on the real test rows",
@@ -211,6 +223,10 @@ def run_utility(schema: Schema, syn: Sequence[Row], real_train: Sequence[Row],
                           "text ignored); HistGradientBoostingClassifier",
         },
     }
+    if schema.by_kind("text"):
+        out["text"] = text_quality.text_quality(schema, syn, real_train, real_test,
+                                                public_texts, seed, extra_texts)
+    return out
 
 
 def render(report: dict[str, Any], console: Console) -> None:
@@ -228,3 +244,7 @@ def render(report: dict[str, Any], console: Console) -> None:
                   fmt(m["synthetic"]["macro_auc"]), fmt(m["real_sample"]["macro_auc"]),
                   fmt(m["gap"]))
     console.print(t)
+    if r.get("text"):
+        from audits import text_quality
+
+        text_quality.render(r["text"], console)
