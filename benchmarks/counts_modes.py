@@ -238,7 +238,7 @@ def structure_floor(schema: Any, real_train: list[dict[str, Any]],
     import numpy as np
 
     from audits.utility import run_utility
-    from decode.bins import sample_in_bin
+    from selpe_audit.bins import sample_in_bin
 
     rng = np.random.default_rng(seed)
     by_class: dict[Any, list[dict[str, Any]]] = {}

@@ -13,7 +13,8 @@ into integer row targets that sum exactly to the requested N:
    their quota, the rows left over go to the largest fractional parts, ties to the lower
    index. So each target is within 1 of its quota and a larger count never gets fewer rows.
 
-Nothing here reads private data: the inputs are released numbers and N.
+Nothing here reads private data: the inputs are released numbers and N. Steps 1 and 2 are
+`shares`, shared with every sampler of released counts (`selpe_audit.artifact.sampling`).
 """
 
 from __future__ import annotations
@@ -22,16 +23,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from selpe_audit.artifact.sampling import shares
 
-def shares(dp_counts: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Clamped, renormalised shares of signed noisy counts; uniform if all clamp to 0."""
-    post = np.clip(np.asarray(dp_counts, dtype=np.float64), 0.0, None)
-    if post.size == 0:
-        raise ValueError("need at least one count to allocate over")
-    total = post.sum()
-    if total <= 0:
-        return np.full(post.shape, 1.0 / post.size)
-    return post / total
+__all__ = ["allocate", "largest_remainder", "shares"]
 
 
 def largest_remainder(weights: np.ndarray, n: int) -> np.ndarray:

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from decode.allocation import allocate
-from decode.bins import grid_size, sample_in_bin
 from decode.released import Released
+from selpe_audit.bins import grid_size, sample_in_bin
 from selpe_audit.schema import Schema
 
 

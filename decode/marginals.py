@@ -7,7 +7,8 @@ Per record of class c:
 - a numeric field takes a bin the same way, then a value uniformly from the bin's grid points
   at the field's precision (bins too narrow to hold a grid point get no mass);
 - a field without a released histogram (never the case for the demo schema) is uniform over
-  its enum or its public range;
+  its enum or its public range (these three rules are `selpe_audit.artifact.sampling`'s,
+  shared with the release's LLM candidates);
 - a free-text field copies the text of one of c's exemplars (DP-selected winners and their
   partners, both synthetic). An artifact without exemplars (``selection: null``, a
   counts-only release) has no public text to copy: the field gets the neutral placeholder
@@ -24,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from decode.allocation import shares
-from decode.bins import grid_size, sample_in_bin
 from decode.released import Released
+from selpe_audit.artifact.sampling import draw_value, field_probs
 from selpe_audit.schema import Field
 
 PLACEHOLDER = "not released"
@@ -51,19 +51,9 @@ class MarginalsDecoder:
                            for f in self.schema.by_kind("text")} for c in released.classes}
         self.uses_placeholder = any(not texts for by_field in self._texts.values()
                                     for texts in by_field.values())
-        self._probs = {c: {f.name: self._field_probs(f, k) for f in self.schema.record_fields
-                           if f.kind in ("categorical", "numeric")}
-                       for k, c in enumerate(released.classes)}
-
-    def _field_probs(self, f: Field, k: int) -> np.ndarray:
-        """Probabilities over categories or bins of ``f`` for class index ``k``."""
-        h = self.released.histograms.get(f.name)
-        if f.kind == "categorical":
-            return shares(h.dp_counts[k]) if h else np.full(len(f.enum), 1.0 / len(f.enum))
-        sizes = np.array([grid_size(f, j) for j in range(len(f.bins) - 1)], dtype=np.float64)
-        base = shares(h.dp_counts[k]) if h else sizes
-        mass = np.where(sizes > 0, base, 0.0)
-        return shares(mass if mass.sum() > 0 else sizes)
+        # the shared rule (`selpe_audit.artifact.sampling`): the release's LLM candidates
+        # draw their fields from the same counts the same way
+        self._probs = field_probs(self.schema, released.view.counts)
 
     def probs(self, class_value: Any, name: str) -> np.ndarray:
         """The class's probabilities over the categories or bins of field ``name``."""
@@ -87,10 +77,7 @@ class MarginalsDecoder:
         if f.kind == "text":
             pool = self._texts[class_value][f.name]
             return pool[int(rng.integers(len(pool)))] if pool else placeholder_text(f)
-        probs = self._probs[class_value][f.name]
-        if f.kind == "categorical":
-            return f.enum[int(rng.choice(len(f.enum), p=probs))]
-        return sample_in_bin(f, int(rng.choice(len(f.bins) - 1, p=probs)), rng)
+        return draw_value(f, self._probs[class_value][f.name], rng)
 
     def generate(self, class_value: Any, start: int, total: int,
                  on_record: Callable[[dict[str, Any]], None]) -> None:

@@ -9,7 +9,7 @@ survive, which independent per-field draws lose. Per record of class c:
 - every model column takes its cell from the exact conditional chain (never OpenDP's null
   cell, never a numeric bin without a grid point);
 - a categorical field takes the cell's category; a numeric field a value drawn uniformly
-  from the bin's grid points (`decode.bins.sample_in_bin`);
+  from the bin's grid points (`selpe_audit.bins.sample_in_bin`);
 - a free-text field with a topic column takes one of the topic's public member texts
   (uniformly; members outside the field's length limits are never used, and a topic with
   none is never drawn); a free-text field without one gets the marginals decoder's text
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from decode.bins import grid_size, sample_in_bin
 from decode.marginals import PLACEHOLDER, MarginalsDecoder
 from decode.mrf import Chain, ClassChain, rebuild_model
 from decode.released import Released
 from selpe_audit.artifact.model_block import CountsModel, ModelColumn, topic_column
+from selpe_audit.bins import grid_size, sample_in_bin
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field
 

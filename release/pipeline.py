@@ -128,6 +128,8 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.1f} s")
     selection, run = None, None
     if source is not None:
+        released = counts_view(counts_block)
+        source.use_counts(released)  # LLM candidates take their fields from these counts
         t_selection = time.perf_counter()
         with con.status(f"selection ({sel.mode})") as status:
             rows = get(sel.mode).private_rows(table.priv_rows, schema, person_field)
@@ -136,7 +138,7 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
             del table
             run = run_selection(schema, priv, kernel, source, sel, budget.selection_epsilon,
                                 cfg.selection_delta,
-                                hints=counts_view(counts_block).class_hints(),
+                                hints=released.class_hints(),
                                 progress=_progress(con, log, status.update))
             del priv
         log.write(f"selection ({sel.mode}) in {time.perf_counter() - t_selection:.1f} s")

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 
 from decode import allocation
 from decode.allocation import allocate
-from decode.bins import grid, value_at
 from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.cli import GPU_ENV, gpu_layers
 from decode.fit import (
@@ -47,6 +46,7 @@ from release.pipeline import run_release
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import RELEASE_FILE, read_release
 from selpe_audit.artifact.signing import generate_keypair, sign_file
+from selpe_audit.bins import grid, value_at
 from selpe_audit.cli.main import main
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError

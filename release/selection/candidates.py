@@ -1,7 +1,7 @@
 """Where selection candidates come from: the local LLM, or a public pre-generated pool.
 
-Both read public inputs only (the schema, earlier DP winners and partners, hints derived
-from DP counts), so generating candidates costs no privacy budget.
+Both read public inputs only (the schema, earlier DP winners and partners, the noisy counts
+released earlier in the same run), so generating candidates costs no privacy budget.
 """
 
 from __future__ import annotations
@@ -13,14 +13,23 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from selpe_audit.artifact.sampling import FieldSampler
+from selpe_audit.artifact.view import Counts
 from selpe_audit.errors import UserError
-from selpe_audit.schema import Schema
+from selpe_audit.schema import Field, Schema
+
+#: base seeds tried per text field and call (max_attempts each) before the release refuses
+TEXT_ROUNDS = 4
+_STREAM = 7  # separates the candidates' field draws from the source's other seeded draws
 
 
 class CandidateSource(Protocol):
     """Makes candidate records from public inputs only (schema, earlier DP winners)."""
 
     def describe(self) -> dict[str, Any]: ...
+
+    def use_counts(self, counts: Counts) -> None:
+        """The counts released earlier in the same run (post-processing: no extra cost)."""
 
     def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],
                  hints: dict[str, str] | None, n: int) -> list[dict]: ...
@@ -42,6 +51,9 @@ class PoolSource:
         return {"kind": "pool", "sha256": self.sha256,
                 "records_per_class": {str(c): len(v) for c, v in self.by_class.items()}}
 
+    def use_counts(self, counts: Counts) -> None:
+        """A public pool is used as it is."""
+
     def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],
                  hints: dict[str, str] | None, n: int) -> list[dict]:
         pool = self.by_class[class_value] or [r for v in self.by_class.values() for r in v]
@@ -51,29 +63,79 @@ class PoolSource:
 
 
 class LLMSource:
-    """Two-stage, grammar-constrained generation with the shared core (selpe_audit)."""
+    """Candidates from the local LLM, in two ways.
+
+    Before the counts are released (the topic codebooks): two-stage, grammar-constrained
+    whole records. Once `use_counts` has handed it the run's released counts: each
+    candidate's label, categorical and numeric fields are drawn from those counts
+    (`FieldSampler`, the rule decode's marginals decoder uses), and the LLM writes only its
+    free text as a natural-language completion (`TextWriter`), with the class's earlier DP
+    winners as few-shot examples (none in round 1); negatives and hints are not used then.
+    A placeholder or out-of-length text is resampled; a text still refused after
+    ``max_attempts`` is retried with a fresh base seed, up to `TEXT_ROUNDS` of them, and
+    then the release stops (`UserError`) rather than emit a placeholder.
+    """
 
     def __init__(self, schema: Schema, model: str | None, gpu_layers: int, seed: int) -> None:
         from selpe_audit.llm import prompts
         from selpe_audit.llm.generation import GenerationConfig, RecordGenerator
         from selpe_audit.llm.models import load_llm
+        from selpe_audit.llm.text import TextWriter
 
+        self.schema, self.seed = schema, seed
         self.llm = load_llm(model, n_gpu_layers=gpu_layers, seed=seed)
         self.config = GenerationConfig(seed=seed)
         self.generator = RecordGenerator(schema, self.llm, self.config)
+        self.writer = TextWriter(schema, self.llm, self.config)
         self.prompts = prompts
+        self.fields: FieldSampler | None = None
+        self._calls = 0  # candidates are public: this seeds sampling, it is not DP noise
+
+    def use_counts(self, counts: Counts) -> None:
+        """From now on, fields from the released counts and LLM-written free text only."""
+        self.fields = FieldSampler(self.schema, counts)
 
     def describe(self) -> dict[str, Any]:
         info = self.llm.info
-        return {"kind": "llm", "model": {"name": info.name, "sha256": info.sha256},
-                "generation": {k: v for k, v in vars(self.config).items() if k != "seed"},
-                "prompt_templates": self.prompts.TEMPLATES,
-                "prompt_templates_sha256": self.prompts.templates_digest()}
+        out: dict[str, Any] = {
+            "kind": "llm", "model": {"name": info.name, "sha256": info.sha256},
+            "generation": {k: v for k, v in vars(self.config).items() if k != "seed"},
+            "prompt_templates": self.prompts.TEMPLATES,
+            "prompt_templates_sha256": self.prompts.templates_digest()}
+        if self.fields is not None:  # counts only, never text
+            s = self.writer.stats
+            out["fields_from"] = "the noisy counts released in this run (post-processing)"
+            out["text"] = {"written": s.records, "refused": s.invalid,
+                           "placeholders": s.placeholders, "retried": s.fallbacks}
+        return out
 
     def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],
                  hints: dict[str, str] | None, n: int) -> list[dict]:
-        return self.generator.generate(class_value=class_value, positives=positives,
-                                       negatives=negatives, hints=hints, n=n)
+        if self.fields is None:
+            return self.generator.generate(class_value=class_value, positives=positives,
+                                           negatives=negatives, hints=hints, n=n)
+        self._calls += 1
+        rng = np.random.default_rng([self.seed, _STREAM, self._calls])
+        records = [self.fields.draw(class_value, rng) for _ in range(n)]
+        for f in self.schema.by_kind("text"):
+            self._write(f, class_value, positives, records, rng)
+        return [{f.name: r[f.name] for f in self.schema.record_fields} for r in records]
+
+    def _write(self, f: Field, class_value: Any, examples: list[dict],
+               records: list[dict], rng: np.random.Generator) -> None:
+        """Field ``f``'s text of every record, or a `UserError` (see the class)."""
+        from selpe_audit.llm.text import Draft
+
+        drafts = [Draft(i, r) for i, r in enumerate(records)]
+        for _ in range(TEXT_ROUNDS):
+            drafts = self.writer.write(f, class_value, examples, drafts,
+                                       int(rng.integers(1 << 32)))
+            if not drafts:
+                return
+        raise UserError(
+            f"LLM candidates: the model wrote no acceptable '{f.name}' text for class "
+            f"{class_value} in {TEXT_ROUNDS * self.config.max_attempts} attempts (each a "
+            "placeholder or outside the length limits); try another --model")
 
 
 def read_pool(path: Path, schema: Schema) -> PoolSource:

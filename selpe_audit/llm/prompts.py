@@ -60,8 +60,9 @@ _RULES = {
     "context_fields": "categorical and free-text fields, not numbers, not the label",
     "record_layout": "compact JSON, schema field order, numbers with x-precision decimals",
     "style": "plain completion (no chat template), BOS first",
-    "text_fields": "hybrid decoder: every field but free text, in the schema's wording; the "
-                   "free text is written in quotes and ends at the closing quote",
+    "text_fields": "hybrid decoder and the release's LLM candidates (llm.text): every field "
+                   "but free text, in the schema's wording; the free text is written in "
+                   "quotes and ends at the closing quote",
 }
 
 
@@ -179,7 +180,7 @@ def single_stage_prompt(schema: Schema, *, class_value: Any,
             + TEMPLATES["single_open"])
 
 
-# ----- the hybrid decoder: free text for records whose other fields are given ---------------
+# ----- free text for records whose other fields are given (llm.text) ----------------------
 
 def record_fields_line(record: Mapping[str, Any], schema: Schema) -> str:
     """Every field of a record but free text, in the schema's wording, label included."""

@@ -1,0 +1,150 @@
+"""Free text for records whose other fields are given: the LLM writes only the text.
+
+Shared by decode's hybrid decoder (fields from the released model) and the release's LLM
+candidates (fields from the counts released earlier in the same run). A small model that
+fills a JSON slot copies the schema's own words ("free text", a field name, an enum value);
+continuing a natural-language prompt with the fields already written, it writes a text.
+
+Per free-text field and class, the LLM continues a plain-completion prompt
+(`prompts.text_prefix` + `prompts.text_suffix`): the class, public exemplars (DP-selected
+records) as a few-shot list, the draft's public topic texts (if any) and its fields, then an
+opening quote; the text ends at the closing quote. A text is kept when it fits the field's
+length limits and is not a placeholder (`placeholder_words`); otherwise it is resampled with
+the next attempt's seed. After ``max_attempts`` the draft is a *fallback*: its value is left
+as it was and it is handed back to the caller, who decides what it means (the hybrid decoder
+keeps the topic's public text; the release retries with a fresh base seed and refuses after
+a cap, so a placeholder is never released).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from selpe_audit.llm import prompts
+from selpe_audit.llm.config import GenerationConfig, GenerationStats
+from selpe_audit.llm.engine import BatchEngine, Request
+from selpe_audit.llm.generation import _seed
+from selpe_audit.llm.models import LLM
+from selpe_audit.schema import Field, Schema
+
+TOPIC_TEXTS = 3  # public topic texts shown in a draft's prompt
+_SUFFIX_TOKENS = 160  # a draft's own prompt part: topic texts and fields, in tokens
+
+
+@dataclass
+class TextStats(GenerationStats):
+    """Generation counters plus what the text checks refused (no text content)."""
+
+    placeholders: int = 0   # texts refused as a placeholder and resampled
+    fallbacks: int = 0      # drafts handed back unwritten after max_attempts
+
+    def as_dict(self) -> dict[str, float]:
+        return {**super().as_dict(), "placeholders": self.placeholders,
+                "fallbacks": self.fallbacks}
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
+
+
+def placeholder_words(schema: Schema) -> frozenset[str]:
+    """Texts a small model copies from its prompt instead of writing: field names and
+    descriptions, enum values, and "free text" (all compared lower-case, words only)."""
+    words = {"free text", "text", "none", "n a", "unknown", "not released"}
+    for f in schema.record_fields:
+        words |= {_words(f.name), _words(f.description)}
+        words |= {_words(str(v)) for v in f.enum or ()}
+    return frozenset(w for w in words if w)
+
+
+def _max_tokens(f: Field) -> int:
+    """Tokens allowed for one text: about half a token per character of its limit."""
+    return max(8, min(96, (f.max_length or 200) // 2))
+
+
+@dataclass
+class Draft:
+    """One record whose text for one field is to be written."""
+
+    index: int                          # in the caller's stream: part of each attempt's seed
+    values: dict[str, Any]              # its given fields; the text is written into it
+    topic_texts: Sequence[str] = ()     # public texts shown in its prompt (up to TOPIC_TEXTS)
+
+
+class TextWriter:
+    """Writes one free-text field of drafts of one class (see module). Not thread-safe: it
+    shares the model's KV cache with every other user of ``llm``."""
+
+    def __init__(self, schema: Schema, llm: LLM, config: GenerationConfig) -> None:
+        self.schema, self.llm, self.config = schema, llm, config
+        self.placeholders = placeholder_words(schema)
+        self.stats = TextStats()
+
+    def acceptable(self, f: Field, text: str) -> bool | None:
+        """True: keep; False: a placeholder; None: outside the field's length limits."""
+        if not f.min_length <= len(text) <= (f.max_length or len(text)):
+            return None
+        return _words(text) not in self.placeholders and bool(_words(text))
+
+    def write(self, f: Field, class_value: Any, examples: Sequence[dict[str, Any]],
+              drafts: Sequence[Draft], base: int) -> list[Draft]:
+        """Field ``f``'s text of every draft, attempt a of draft d seeded by (base, d.index,
+        f, a); returns the fallbacks (drafts left unwritten), in draft order."""
+        stats, cfg = TextStats(), self.config
+        engine = BatchEngine(self.llm, cfg, None, cfg.n_parallel, stats)
+        pending = list(range(len(drafts)))
+        attempts = [0] * len(drafts)
+        failed: list[int] = []
+
+        def next_request() -> Request | None:
+            if not pending:
+                return None
+            slot = pending.pop(0)
+            d = drafts[slot]
+            suffix = self.llm.tokenize(prompts.text_suffix(self.schema, f, d.values,
+                                                           list(d.topic_texts)[:TOPIC_TEXTS]))
+            attempts[slot] += 1
+            return Request(prefix=0, suffix=suffix,
+                           seed=_seed(base, d.index, f.name, attempts[slot]),
+                           max_tokens=_max_tokens(f), constrained=False, stop_at_newline=True,
+                           tag=slot)
+
+        def on_done(req: Request, text: str, complete: bool) -> None:
+            slot: int = req.tag
+            written = " ".join(text.split('"')[0].split())
+            ok = self.acceptable(f, written)
+            if ok:
+                drafts[slot].values[f.name] = written
+                stats.records += 1
+                return
+            stats.invalid += 1
+            stats.placeholders += ok is False
+            if attempts[slot] < cfg.max_attempts:
+                pending.append(slot)
+            else:
+                stats.fallbacks += 1
+                failed.append(slot)
+
+        try:
+            engine.load_prefixes([self._prefix(f, class_value, list(examples))])
+            engine.run(next_request, on_done)
+        finally:
+            engine.close()
+            stats.attempts = stats.records + stats.invalid
+            self.stats.add(stats)
+        return [drafts[slot] for slot in sorted(failed)]
+
+    def _prefix(self, f: Field, class_value: Any,
+                examples: list[dict[str, Any]]) -> list[int]:
+        """The field's shared prompt, exemplars dropped (last first) until it leaves room for
+        every parallel sequence's own part and text."""
+        per_seq = _SUFFIX_TOKENS + _max_tokens(f)
+        while True:
+            tokens = self.llm.tokenize(prompts.text_prefix(
+                self.schema, f, class_value=class_value, examples=examples), bos=True)
+            if len(tokens) + self.config.n_parallel * per_seq <= self.llm.n_ctx or not examples:
+                return tokens
+            examples = examples[:-1]
