@@ -84,6 +84,11 @@ def _selection_modes(quick: bool) -> dict[str, Any]:
     return selection_modes.run(quick)
 
 
+def _selection_signal(quick: bool) -> dict[str, Any]:
+    from benchmarks import selection_signal
+    return selection_signal.run(quick)
+
+
 def _counts_modes(quick: bool) -> dict[str, Any]:
     from benchmarks import counts_modes
     return counts_modes.run(quick)
@@ -93,6 +98,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),
     "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),
+    "selection_signal": ("python -m benchmarks.selection_signal", _selection_signal),
     "adult": ("python -m benchmarks.adult_tstr", _adult),
     "counts_modes": ("python -m benchmarks.counts_modes", _counts_modes),
     "adult_llm": ("python -m benchmarks.adult_llm", _adult_llm),

@@ -6,9 +6,14 @@
 1. The artifact: by default a pool-mode release of the bundled demo sample (epsilon 2, half
    for counts, half for SelPE selection over a public pool of 600 fictional rows) built in a
    temporary folder with a fresh key; or an existing one (``--artifact``, ``--trust``).
-2. Throughput: candidates per second of the marginals decoder and of the LLM decoder (the
-   default model, two-stage generation), each making N x 2 candidates (over-generation 2).
-   Only generation is timed; the model and the embedder are loaded before.
+2. Throughput: candidates per second of each decoder, each making N x 2 candidates
+   (over-generation 2): the marginals decoder, the model decoder (the release's counts
+   model), the LLM decoder as it runs by default on such an artifact (hybrid: fields from
+   the model, the LLM writes only the free text) and the earlier LLM decoder on the same
+   artifact (``--whole-records``: two-stage generation of whole records). Only generation
+   is timed; the models and the embedder are loaded before. Per decoder also the share of
+   distinct free texts among its candidates and, for the LLM, the texts refused as
+   placeholders.
 3. Fidelity: for each decoder's candidates, N output rows under four selections - none (the
    first rows of each class), SelectTop, the fit, SelectTop + fit - and their total
    variation distance to the released class-conditional histograms (mean over fields) and
@@ -67,15 +72,19 @@ def build_artifact(folder: Path, quick: bool) -> tuple[Path, Path]:
     return cfg.out, pub
 
 
-def _candidates(released: Released, settings: DecodeSettings) -> tuple[dict, float, float]:
-    """All candidates of one decoder, the seconds generation took, and its validity."""
+def _candidates(released: Released,
+                settings: DecodeSettings) -> tuple[dict, float, float, dict | None]:
+    """All candidates of one decoder, the seconds generation took, its validity and (LLM
+    decoders) its counters."""
     decoder = make_decoder(released, settings)
     counts = plan(released, settings.n, settings.overgenerate).candidates
     cand: dict[Any, list[dict]] = {c: [] for c in released.classes}
     t0 = time.perf_counter()
     for c, m in counts.items():
         decoder.generate(c, 0, m, cand[c].append)
-    return cand, time.perf_counter() - t0, decoder.validity
+    stats = getattr(decoder, "stats", None)
+    return (cand, time.perf_counter() - t0, decoder.validity,
+            stats.as_dict() if stats is not None else None)
 
 
 def _fidelity(released: Released, cand: dict, settings: DecodeSettings,
@@ -106,36 +115,63 @@ def run(n: int = 200, quick: bool = False, llm_n: int | None = None,
         released = released_view(read_release(artifact, [trust]))
         kernel = artifact_kernel(released)[0] if released.kernel is not None else None
         result: dict[str, Any] = {"n": n, "llm_n": llm_n, "overgenerate": 2.0}
-        for name, rows in (("marginals", n), ("llm", llm_n)):
-            settings = DecodeSettings(n=rows, decoder=name)
-            cand, seconds, validity = _candidates(released, settings)
+        for name, settings in _decoders(released, n, llm_n):
+            cand, seconds, validity, stats = _candidates(released, settings)
             made = sum(len(v) for v in cand.values())
             result[name] = {"candidates": made, "seconds": seconds,
                             "records_per_s": made / seconds if seconds else None,
                             "validity": validity,
+                            "distinct_text_share": _distinct_texts(released, cand),
+                            **({"llm": stats} if stats else {}),
                             "fidelity": _fidelity(released, cand, settings, kernel)}
+        if "llm-whole-records" in result:
+            result["hybrid_speedup"] = (result["llm"]["records_per_s"]
+                                        / result["llm-whole-records"]["records_per_s"])
     _print(result)
     return result
+
+
+def _decoders(released: Released, n: int, llm_n: int) -> list[tuple[str, DecodeSettings]]:
+    """(name, settings) of every decoder the artifact supports, cheapest first."""
+    out = [("marginals", DecodeSettings(n=n, decoder="marginals"))]
+    if released.model is not None:
+        out += [("model", DecodeSettings(n=n, decoder="model")),
+                ("llm", DecodeSettings(n=llm_n, decoder="llm")),
+                ("llm-whole-records", DecodeSettings(n=llm_n, decoder="llm", hybrid=False))]
+    else:
+        out.append(("llm", DecodeSettings(n=llm_n, decoder="llm")))
+    return out
+
+
+def _distinct_texts(released: Released, cand: dict[Any, list[dict]]) -> float | None:
+    """Distinct free texts over free texts written, all text fields (None: no text field)."""
+    texts = [str(r[f.name]) for rs in cand.values() for r in rs
+             for f in released.schema.by_kind("text")]
+    return len(set(texts)) / len(texts) if texts else None
 
 
 def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+DECODERS = ("marginals", "model", "llm", "llm-whole-records")
+
+
 def _print(r: dict[str, Any]) -> None:
-    print(f"decode benchmark: marginals N = {r['n']}, LLM N = {r['llm_n']}, "
+    print(f"decode benchmark: marginals and model N = {r['n']}, LLM N = {r['llm_n']}, "
           f"over-generation {r['overgenerate']:g}")
-    for name in ("marginals", "llm"):
+    names = [d for d in DECODERS if d in r]
+    for name in names:
         d = r[name]
-        print(f"  {name:<10} {d['candidates']} candidates in {d['seconds']:.1f} s = "
-              f"{_fmt(d['records_per_s'], '.3g')} records/s, validity {d['validity']:.0%}")
-    print(f"  {'TVD to released':<22}{'histograms':>24}{'cohorts':>24}")
-    print(f"  {'selection':<22}{'marginals':>12}{'llm':>12}{'marginals':>12}{'llm':>12}")
+        print(f"  {name:<18} {d['candidates']} candidates in {d['seconds']:.1f} s = "
+              f"{_fmt(d['records_per_s'], '.3g')} records/s, validity {d['validity']:.0%}, "
+              f"distinct texts {_fmt(d['distinct_text_share'], '.0%')}")
+    if "hybrid_speedup" in r:
+        print(f"  hybrid LLM decoder: {r['hybrid_speedup']:.2f}x the records/s of whole records")
+    print("  TVD to the released histograms by selection step: " + ", ".join(names))
     for v in VARIANTS:
-        m, llm = r["marginals"]["fidelity"][v], r["llm"]["fidelity"][v]
-        print(f"  {v:<22}{_fmt(m['tvd_histograms'], '.4f'):>12}"
-              f"{_fmt(llm['tvd_histograms'], '.4f'):>12}{_fmt(m['tvd_cohorts'], '.4f'):>12}"
-              f"{_fmt(llm['tvd_cohorts'], '.4f'):>12}")
+        print(f"  {v:<18}" + "".join(f"{_fmt(r[n]['fidelity'][v]['tvd_histograms'], '.4f'):>12}"
+                                     for n in names))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

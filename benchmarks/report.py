@@ -66,14 +66,16 @@ def _selection_summary(r: Result) -> str:
 def _decode_table(r: Result) -> str:
     steps = ("none", "select_top", "fit", "select_top+fit")
     rows = []
-    for dec in ("marginals", "llm"):
+    for dec in ("marginals", "model", "llm", "llm-whole-records"):
         d = r.get(dec)
         if d:
             rate = d["records_per_s"]
+            share = d.get("distinct_text_share")
             rows.append((dec, f"{rate:,.0f}" if rate >= 100 else f"{rate:.2f}",
-                         f"{d['validity']:.0%}",
+                         f"{d['validity']:.0%}", "-" if share is None else f"{share:.0%}",
                          *(_f(d["fidelity"][s]["tvd_histograms"]) for s in steps)))
-    return _table(("decoder", "records/s", "valid", *(f"TVD hist. {s}" for s in steps)), rows)
+    return _table(("decoder", "records/s", "valid", "distinct texts",
+                   *(f"TVD hist. {s}" for s in steps)), rows)
 
 
 def _decode_summary(r: Result) -> str:
@@ -83,8 +85,11 @@ def _decode_summary(r: Result) -> str:
         f = d["fidelity"]
         return f"{f['none']['tvd_histograms']:.3f} -> {f['fit']['tvd_histograms']:.3f}"
 
+    speed = (f" (hybrid: fields from the model, LLM text only: {r['hybrid_speedup']:.1f}x the "
+             f"whole-record decoder's {r['llm-whole-records']['records_per_s']:.2f})"
+             if "hybrid_speedup" in r else "")
     return (f"{r['n']} rows: marginals decoder {m['records_per_s']:,.0f} records/s, LLM "
-            f"{llm['records_per_s']:.2f} records/s; the fit takes histogram TVD "
+            f"{llm['records_per_s']:.2f} records/s{speed}; the fit takes histogram TVD "
             f"{fit(m)} (marginals), {fit(llm)} (LLM).")
 
 
@@ -136,6 +141,49 @@ def _selection_modes_summary(r: Result) -> str:
             f"{best[0]:.3f} ({best[1]}, eps {best[2]:g}) against {real:.3f} for real rows.")
 
 
+def _signal_at(r: Result, epsilon: float) -> dict[tuple[int, int, str], Result]:
+    """selection_signal's demo cells at one selection epsilon, by (T, b, utility)."""
+    return {(c["T"], c["b"], c["utility"]): c for c in r["cells"]
+            if c["dataset"] == "demo" and c["epsilon"] == epsilon}
+
+
+def _selection_signal_table(r: Result) -> str:
+    """The demo at selection eps 2 (the whole grid, Adult too, is the result's own table)."""
+    at = _signal_at(r, 2.0) or _signal_at(r, r["cells"][0]["epsilon"])
+    eps = next(iter(at.values()))["epsilon"]
+
+    def cell(c: Result, what: str) -> str:
+        return f"{c[what]:.3f} ({_f(c['share_' + what], 2)})"
+
+    rows = [(t, b, _f(c["random"]), _f(c["winners_inf"]), cell(at[t, b, "raw"], "winners"),
+             cell(c, "winners"), cell(c, "picks"))
+            for (t, b, u), c in sorted(at.items()) if u == "minmax"]
+    return "\n\n".join([
+        f"Demo, selection eps {eps:g}: mean kernel distance to the class's private rows "
+        "(gap share of eps inf's in brackets); winners = the round's most chosen, picks = "
+        "each batch's noisy max:",
+        _table(("T", "b", "random", "winners eps inf", "raw winners", "minmax winners",
+                "minmax picks"), rows)])
+
+
+def _selection_signal_summary(r: Result) -> str:
+    """The best (T, b, utility) on the demo at selection eps 2 and 1 (the demo release's
+    eps 2 gives the selection 1), and T = 5, b = 5 (today's defaults) next to it."""
+    parts = []
+    for eps in (2.0, 1.0):
+        at = {k: c for k, c in _signal_at(r, eps).items() if c["share_winners"] is not None}
+        if not at:
+            continue
+        c = max(at.values(), key=lambda x: x["share_winners"])
+        dflt = ", ".join(f"{u} {at[5, 5, u]['share_winners']:.2f}" for u in ("minmax", "raw")
+                         if (5, 5, u) in at)
+        parts.append(f"demo, selection eps {eps:g}: best T = {c['T']}, b = {c['b']}, "
+                     f"{c['utility']} (winners {c['winners']:.3f} vs random "
+                     f"{c['random']:.3f}, gap share {c['share_winners']:.2f} of eps inf's)"
+                     + (f"; T = 5, b = 5: {dflt}" if dflt else ""))
+    return "; ".join(parts) + "."
+
+
 def _adult_summary(r: Result) -> str:
     rows = {str(x["epsilon"]): x for x in r["results"]}
     x = rows.get("2.0") or rows.get("2") or r["results"][0]
@@ -181,12 +229,14 @@ TABLES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_table, "selection": _selection_table, "decode": _decode_table,
     "generation": _generation_table,
     "selection_modes": _selection_modes_table,  # its own table is the full 12-row grid, twice
+    "selection_signal": _selection_signal_table,  # its own table is the full grid
 }
 SUMMARIES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_summary, "selection": _selection_summary, "decode": _decode_summary,
     "generation": _generation_summary, "selection_modes": _selection_modes_summary,
     "adult": _adult_summary, "triage": _triage_summary, "adult_llm": _adult_llm_summary,
     "llama_builds": _builds_summary, "database": _database_summary, "audits": _audits_summary,
+    "selection_signal": _selection_signal_summary,
 }
 
 

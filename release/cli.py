@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from release.config import COUNTS_MODES, load_config
+from release.config import COUNTS_MODES, UTILITIES, load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.modes import mode_names, modes, or_list
 from selpe_audit.cli.command import Command
@@ -64,6 +64,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     sel.add_argument("--rounds", type=int, help="T, selection rounds (default 5)")
     sel.add_argument("--batches", type=int, help="b, disjoint private batches (default 5)")
     sel.add_argument("--k", type=int, help="K, candidates per quota slot (default 3)")
+    sel.add_argument("--utility", choices=list(UTILITIES),
+                     help="selpe: each batch's utilities min-max rescaled to span [-1, 0] "
+                          "(minmax, default; same sensitivity and noise) or -g as is (raw)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -71,8 +74,8 @@ def _run(args: argparse.Namespace) -> int:
         "data", "query", "table", "schema", "dataset", "out", "release_key", "epsilon", "delta",
         "selection_mode", "unit", "id_field", "max_contributions", "lifetime_ledger",
         "lifetime_epsilon", "lifetime_delta", "invalid_rows",
-        "candidates", "model", "gpu_layers", "rounds", "batches", "k", "counts_mode",
-        "topics")}
+        "candidates", "model", "gpu_layers", "rounds", "batches", "k", "utility",
+        "counts_mode", "topics")}
     if args.counts_share is not None:
         overrides.update(counts_share=args.counts_share, selection_share=1 - args.counts_share)
     cfg = load_config(args.config, overrides)

@@ -55,6 +55,7 @@ Example (``examples/release.toml``)::
     [selection]
     mode = "selpe"         # or "pe-histogram", "representatives" (Gaussian, need delta);
                            # selpe_audit.artifact.modes lists every registered mode
+    utility = "minmax"     # selpe: each batch's utilities rescaled to span [-1, 0]; or "raw"
     threshold = 1.0        # pe-histogram: drop candidates with noisy votes <= 1 noise scale
     anchors = 0            # representatives: k-means anchors per class (0: the round quota)
     radius = 0.5           # representatives: clip norm of a row's offset from its anchor
@@ -225,6 +226,11 @@ class CountsConfig:
         return self.mode != "marginals"
 
 
+#: selpe's per-batch utilities: "minmax" rescales each batch's -g to span [-1, 0] (the
+#: same range, so the same sensitivity and noise); "raw" keeps -g (see release.selection.selpe)
+UTILITIES = ("minmax", "raw")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SelectionConfig:
     """[selection]: the loop's T, K, b, q and schedule, the mode (see
@@ -245,12 +251,16 @@ class SelectionConfig:
     gpu_layers: int = 0
     seed: int = 0         # LLM sampling (public candidates), never DP noise
     channels: str | None = None
+    utility: str = "minmax"  # selpe: per-batch min-max rescale to [-1, 0] ("raw": -g as is)
 
     def __post_init__(self) -> None:
         try:
             describe(self.mode)
         except ValueError as e:
             raise UserError(f"config: {e}") from None
+        if self.utility not in UTILITIES:
+            raise UserError(f"config: selection.utility must be "
+                            f"{or_list([repr(u) for u in UTILITIES])}, got {self.utility!r}")
         if self.rounds < 1 or self.k < 1 or self.batches < 1 or self.q <= 0:
             raise UserError("config: selection: rounds, k, batches must be >= 1 and q > 0")
         if not (math.isfinite(self.threshold) and self.threshold >= 0):
@@ -448,7 +458,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
                                           "gamma", "alpha", "n_min")},
     "selection": {k: ("selection", k) for k in (
         "mode", "rounds", "k", "batches", "q", "schedule", "candidates", "model", "gpu_layers",
-        "seed", "channels", "threshold", "anchors", "radius", "dims")},
+        "seed", "channels", "threshold", "anchors", "radius", "dims", "utility")},
 }
 _TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows", "query", "table",
         "enclave_log"}

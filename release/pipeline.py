@@ -244,6 +244,7 @@ def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: CandidateSourc
     out: dict[str, Any] = {
         "mode": sel.mode,
         "T": sel.rounds, "K": sel.k, "b": sel.batches, "q": sel.q,
+        **({"utility": sel.utility} if sel.mode == "selpe" else {}),
         "schedule": [r.epsilon if r.rho is None else r.rho for r in rounds],
         "epsilon": run.accounting.epsilon,
         "accounting": run.accounting.to_json(),

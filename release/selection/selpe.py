@@ -8,6 +8,17 @@ needs for epsilon_t (2 / epsilon_t) picks one candidate per batch; an empty batc
 uniformly. Batches and classes are disjoint: parallel composition. The candidates most
 batches chose win.
 
+Utilities (``[selection] utility``): "minmax" (default) rescales each batch's vector to span
+[-1, 0], u'(s) = (u(s) - max u) / (max u - min u), all zeros when every candidate scores the
+same; "raw" keeps -g. Raw scores of a round's candidates differ by a few hundredths, which
+noise at scale 2 / epsilon_t drowns; rescaled, the best and worst candidate are 1 apart.
+Sensitivity is unchanged: the rescale is computed from the batch's own rows and the public
+candidates only (one unit still moves one batch's vector), and its output still lies in
+[-1, 0]^M, where any two vectors differ by at most 1 in L-inf, whatever the input. That
+bound (not monotone) is all OpenDP's noisy max uses, so the noise scale and the map are the
+same in both modes. The rescale runs inside the batch's stable transformation, before the
+noisy max, i.e. inside the OpenDP chain.
+
 The round enforces its own sensitivity: as an OpenDP chain it first applies the
 one-class-per-unit rule (a stable transformation into `OneClassPerUnit`, the only input
 the batch utilities accept), then per (class, batch) a stable transformation to the
@@ -26,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from release.config import SelectionConfig
+from release.config import UTILITIES, SelectionConfig
 from release.ledger import LedgerEntry
 from release.opendp_mechanisms import (
     NOISY_MAX_CONSTRUCTOR,
@@ -50,6 +61,10 @@ from selpe_audit.schema import Schema
 if TYPE_CHECKING:  # a type only: OpenDP is called from release.opendp_mechanisms
     import opendp.prelude as dp
 
+#: How the ledger's scope line names each utility mode (a reviewer reads it there).
+UTILITY_SCOPE = {"minmax": "min-max rescaled per batch to [-1, 0]",
+                 "raw": "-g(center, s) as is, in [-1, 0]"}
+
 
 def batch_ids(unit_ids: list[str], key: bytes, b: int) -> np.ndarray:
     """Batch of each unit by a keyed hash of its id: data-independent, fresh key per round,
@@ -58,10 +73,18 @@ def batch_ids(unit_ids: list[str], key: bytes, b: int) -> np.ndarray:
                                     "big") % b for u in unit_ids], dtype=np.int64)
 
 
+def minmax(u: np.ndarray) -> np.ndarray:
+    """``u`` rescaled to span [-1, 0]: best 0, worst -1 (all zeros when all are equal). The
+    output lies in [-1, 0] whatever ``u`` is, so the L-inf sensitivity stays 1."""
+    span = float(u.max() - u.min()) if u.size else 0.0
+    return (u - u.max()) / span if span > 0 else np.zeros_like(u, dtype=np.float64)
+
+
 def batch_utilities(priv: OneClassPerUnit, kernel: Kernel, pools: Pools, c: Any, i: int,
-                    b: int, key: bytes) -> np.ndarray:
-    """u_i(s) = -g(center_i, s) of batch i of class c (private); zeros for an empty batch or
-    class, so its noisy max picks uniformly at random."""
+                    b: int, key: bytes, utility: str = "minmax") -> np.ndarray:
+    """u_i(s) = -g(center_i, s) of batch i of class c (private), min-max rescaled to [-1, 0]
+    unless ``utility`` is "raw"; zeros for an empty batch or class, so its noisy max picks
+    uniformly at random."""
     if not isinstance(priv, OneClassPerUnit):  # the rule that makes the batches disjoint
         raise TypeError("SelPE's batches read a OneClassPerUnit input only")
     cand_features, num_scale = pools[c]
@@ -72,17 +95,21 @@ def batch_utilities(priv: OneClassPerUnit, kernel: Kernel, pools: Pools, c: Any,
     if rows.size == 0:
         return np.zeros(cand_features.n)
     center = kernel.centers(priv_feats.take(rows), np.zeros(rows.size, dtype=np.int64), 1)
-    return 0.0 - kernel.distances(center, cand_features, num_scale)[0]
+    u = 0.0 - kernel.distances(center, cand_features, num_scale)[0]
+    return minmax(u) if utility == "minmax" else u
 
 
 def round_measurement(kernel: Kernel, pools: Pools, b: int, noise_scale: float, key: bytes,
-                      combine: Callable[[dict[Any, list[int]]], Any] | None = None
-                      ) -> dp.Measurement:
+                      combine: Callable[[dict[Any, list[int]]], Any] | None = None,
+                      utility: str = "minmax") -> dp.Measurement:
     """The round as an OpenDP chain on the private input: the one-class-per-unit rule, then
-    per (class, batch) its utilities >> OpenDP's noisy max, in parallel. Output: per class,
-    each batch's winning index (``combine`` post-processes it inside the measurement)."""
+    per (class, batch) its utilities (``utility``: see `batch_utilities`) >> OpenDP's noisy
+    max, in parallel. Output: per class, each batch's winning index (``combine``
+    post-processes it inside the measurement)."""
+    if utility not in UTILITIES:
+        raise ValueError(f"unknown selpe utility {utility!r}")
     parts = {(c, i): batch_selector(
-        lambda p, c=c, i=i: batch_utilities(p, kernel, pools, c, i, b, key),
+        lambda p, c=c, i=i: batch_utilities(p, kernel, pools, c, i, b, key, utility),
         cand_features.n, noise_scale)
         for c, (cand_features, _) in pools.items() for i in range(b)}
 
@@ -94,10 +121,11 @@ def round_measurement(kernel: Kernel, pools: Pools, b: int, noise_scale: float, 
 
 
 def batch_votes(priv: PrivateClasses | OneClassPerUnit, kernel: Kernel, pools: Pools, b: int,
-                epsilon: float, noise_scale: float, key: bytes) -> dict[Any, list[int]]:
+                epsilon: float, noise_scale: float, key: bytes,
+                utility: str = "minmax") -> dict[Any, list[int]]:
     """SelPE's private computation in one round (`round_measurement` run once): the winning
     candidate index of every batch, per class."""
-    measurement = round_measurement(kernel, pools, b, noise_scale, key)
+    measurement = round_measurement(kernel, pools, b, noise_scale, key, utility=utility)
     if measurement.map(1) > epsilon:  # OpenDP's map, not ours, decides
         raise RuntimeError("noisy max scale does not meet the round's epsilon")
     return measurement(priv)
@@ -146,7 +174,7 @@ class SelpeMode:
         scale = noisy_max_scale(cfg.k * m_t, budget)  # OpenDP's calibration, once per round
         measurement = round_measurement(
             kernel, pools, cfg.batches, scale, key,
-            lambda votes: {c: most_chosen(v) for c, v in votes.items()})
+            lambda votes: {c: most_chosen(v) for c, v in votes.items()}, cfg.utility)
         if measurement.map(1) > budget:  # OpenDP's map of the whole round decides
             raise RuntimeError("the selpe round exceeds its epsilon")
         # charged its slot in OpenDP's adaptive compositor (the map above is at most that)
@@ -156,7 +184,8 @@ class SelpeMode:
         return [LedgerEntry(
             f"selection/round/{r.round}", self.descriptor.mechanism, self.constructor,
             r.scale, float(r.epsilon or 0.0), 0.0,
-            f"round {r.round}: every class, {cfg.batches} disjoint batches each",
+            f"round {r.round}: every class, {cfg.batches} disjoint batches each; utilities "
+            f"{UTILITY_SCOPE[cfg.utility]}",
             "parallel across batches and classes; sequential across rounds (OpenDP adaptive "
             "composition)") for r in run.rounds]
 
