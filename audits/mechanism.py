@@ -149,6 +149,7 @@ MODEL_QUICK_FIT_ITERS = 20  # aim and mst: mirror-descent steps per fit inside a
 #: aim and mst: ~3 s a run on 2 cores (OpenDP builds each round's measurement when it runs);
 #: 100 + 100 runs per dataset give mu's 99 % interval +-0.26: a factor 2 at epsilon 2 shows
 ADAPTIVE_RUNS = 100
+ADAPTIVE_RETRIES = 5  # a run OpenDP refuses (opendp #2789: a float overrun) is run again
 
 Sampler = Callable[[int], np.ndarray]  # n -> n outputs of the mechanism
 
@@ -577,6 +578,8 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
     whichever marginals a run selects, the output has mean 0 on D and is shifted on D' by
     the measured part's squared mu, so the standardised shift estimates that mu, which the
     claim (sqrt(2 rho) of the whole budget, selections included) bounds."""
+    from opendp.mod import OpenDPException
+
     from release.counts_model import _working_slot
 
     mode = cfg.counts.mode
@@ -616,9 +619,21 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
         noisy = np.asarray(m.noisy_measurement, dtype=np.float64)
         return float(np.dot(noisy - on_d, shift)) / float(m.stddev) ** 2
 
+    refused = [0]  # runs OpenDP refused mid-way (counted in the details, then rerun)
+
     def sampler(x: pl.LazyFrame) -> Sampler:
         def statistic() -> float:
-            table = table_query(x)
+            for _ in range(ADAPTIVE_RETRIES):
+                try:
+                    table = table_query(x)
+                    break
+                except OpenDPException as e:  # opendp #2789 on a data-dependent path:
+                    if "insufficient budget" not in str(e):  # the release refuses it too
+                        raise
+                    refused[0] += 1
+            else:
+                raise RuntimeError(f"OpenDP's {mode} overran its budget in "
+                                   f"{ADAPTIVE_RETRIES} runs in a row")
             return sum(term(m) for m in table.marginals.flatten())
 
         return lambda n: np.fromiter((statistic() for _ in range(n)), dtype=np.float64,
@@ -629,6 +644,7 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
                "constructor": f"opendp.extras.mbi.{mode.upper()} as the release builds it "
                "(release.counts_model.algorithm), inside the release's contingency_table query",
                "slot_rho": slot, "rho": rho_opendp, "opendp_mu": math.sqrt(2 * rho_opendp),
+               "runs_refused_by_opendp": refused,
                "output": "every released noisy marginal projected on the canary's cells, "
                          "weighted by inverse variance"}
     return Neighbours(name=f"model {mode} ({common['unit']} unit)", claimed_epsilon=epsilon,
