@@ -446,7 +446,13 @@ def test_llm_decode_of_a_small_n(pool_art, keys, tmp_path):
     assert df.height == 2 and all(validator.is_valid(r) for r in df.to_dicts())
     assert doc["model"]["sha256"] and len(doc["model"]["sha256"]) == 64
     assert doc["prompt_templates_sha256"]
-    assert doc["decoder"]["generation"]["two_stage"] is True
+    # a model-mode artifact (the default counts mode): the hybrid decoder, fields from the model
+    assert doc["decoder"]["name"] == "llm"
+    assert doc["decoder"]["fields_from"] == "the released counts model"
+    assert doc["decoder"]["generation"]["max_attempts"] >= 1
+    whole = _decode(pool_art, pub, tmp_path / "whole.parquet", n=2, decoder="llm",
+                    overgenerate=1, select_top=False, hybrid=False)
+    assert whole["decoder"]["generation"]["two_stage"] is True  # --whole-records
 
 
 def test_settings_are_checked_on_construction():
