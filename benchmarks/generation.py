@@ -80,7 +80,7 @@ def _decoder_run(llm: LLM, schema: Schema, cfg: GenerationConfig, prompt: list[i
             return None
         k = left.pop()
         return Request(prefix=0, suffix=prompt[-1:], seed=1000 + k, max_tokens=cap,
-                       constrained=constrained, stop_at_newline=not constrained)
+                       constrained=constrained, stop=b"" if constrained else b"\n")
 
     def on_done(req: Request, text: str, complete: bool) -> None:
         nonlocal valid

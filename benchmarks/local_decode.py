@@ -13,8 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from decode.hybrid import HybridDecoder
 from decode.llm import LLMDecoder
 from decode.marginals import MarginalsDecoder
+from decode.model import ModelDecoder
 from decode.pipeline import DecodeSettings, RecordSource, plan, select
 from decode.released import Released
 from decode.select_top import artifact_kernel
@@ -32,6 +34,7 @@ class Candidates:
     seconds: float
     validity: float
     described: dict[str, Any]
+    llm_stats: dict[str, Any] | None = None  # LLM decoders' counters (no content)
 
     @property
     def count(self) -> int:
@@ -49,9 +52,13 @@ class LocalDecode:
         """`decode.pipeline.make_decoder`, with the shared model."""
         if settings.decoder == "marginals":
             return MarginalsDecoder(released, settings.seed)
+        if settings.decoder == "model":
+            return ModelDecoder(released, settings.seed)
         if self.llm is None:
             self.llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers,
                                 seed=settings.seed)
+        if settings.hybrid and released.model is not None:
+            return HybridDecoder(released, self.llm, seed=settings.seed)
         return LLMDecoder(released, self.llm, seed=settings.seed, two_stage=settings.two_stage)
 
     def generate(self, released: Released, settings: DecodeSettings) -> Candidates:
@@ -62,7 +69,10 @@ class LocalDecode:
         t0 = time.perf_counter()
         for c, m in counts.items():
             dec.generate(c, 0, m, cand[c].append)
-        return Candidates(cand, time.perf_counter() - t0, dec.validity, dec.describe())
+        seconds = time.perf_counter() - t0
+        stats = getattr(dec, "stats", None)
+        return Candidates(cand, seconds, dec.validity, dec.describe(),
+                          None if stats is None else stats.as_dict())
 
     def choose(self, released: Released, cand: Candidates,
                settings: DecodeSettings) -> tuple[list[Row], dict[str, Any]]:

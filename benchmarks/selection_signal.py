@@ -51,12 +51,16 @@ from selpe_audit.kernel.distance import Features, Kernel, KernelConfig
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 SAMPLE = demo_schema_path().parent / "ed_triage_sample.csv"
+#: (T, q, b) on the demo, minmax: more winners per class (m_T = ceil(T q)) at a cost in signal
+QUOTAS = [(1, 1, 20), (1, 3, 20), (1, 5, 20), (1, 5, 50), (2, 2, 20)]
 FULL = {"epsilons": [1.0, 2.0, 4.0], "rounds": [1, 2, 5], "batches": [5, 20, 100],
-        "repeats": 8, "demo_pool": 600, "adult_private": 2000, "adult_pool": 6513}
+        "repeats": 8, "demo_pool": 600, "adult_private": 2000, "adult_pool": 6513,
+        "quotas": QUOTAS}
 QUICK = {"epsilons": [2.0], "rounds": [1, 5], "batches": [5, 20], "repeats": 1,
-         "demo_pool": 120, "adult_private": 500, "adult_pool": 500}
-#: today's T, b; the target: winners' gap share >= 0.5 there on the demo at eps 2, minmax
-DEFAULT = (5, 5)
+         "demo_pool": 120, "adult_private": 500, "adult_pool": 500, "quotas": QUOTAS[:2]}
+#: the defaults (`SelectionConfig`); the target: winners' gap share >= 0.5 there on the demo
+#: at eps 2, minmax. T = 5, b = 5 were the defaults before this table.
+DEFAULT = (1, 20)
 
 
 @dataclass
@@ -182,6 +186,38 @@ def grid(ds: Dataset, s: dict[str, Any]) -> list[dict[str, Any]]:
     return cells
 
 
+def quota_grid(ds: Dataset, s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Winners' signal when a class gets more than one winner: each (T, q, b) of
+    ``s["quotas"]`` at selection eps 1 and 2 (minmax), means over the repeats."""
+    cells = []
+    for t, q, b in s["quotas"]:
+        runs: dict[Any, list[dict[str, float]]] = {}
+        for rep in range(s["repeats"]):
+            seed = 1000 * rep + 10 * t + b
+            for eps in ("inf", *[e for e in s["epsilons"] if e <= 2.0]):
+                cfg = SelectionConfig(rounds=t, q=q, batches=b, utility="minmax")
+                runs.setdefault(eps, []).append(rounds(ds, cfg, INF if eps == "inf" else eps,
+                                                       seed))
+        mean = {k: {m: float(np.mean([r[m] for r in v])) for m in v[0]} for k, v in runs.items()}
+        inf = mean.pop("inf")
+        for eps, m in mean.items():
+            cells.append({"dataset": ds.name, "epsilon": eps, "T": t, "q": q, "b": b,
+                          "winners_per_class": SelectionConfig(rounds=t, q=q).quota(t), **m,
+                          "winners_inf": inf["winners"],
+                          "share_winners": _share(m["random"], m["winners"], inf["winners"])})
+    return cells
+
+
+def quota_table(cells: list[dict[str, Any]]) -> str:
+    head = ["sel. eps", "T", "q", "b", "winners per class", "random", "winners eps inf",
+            "winners (gap share)"]
+    rows = [[f"{c['epsilon']:g}", c["T"], c["q"], c["b"], c["winners_per_class"],
+             _f(c["random"]), _f(c["winners_inf"]),
+             f"{_f(c['winners'])} ({_f(c['share_winners'], 2)})"] for c in cells]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(str(x) for x in r) + " |" for r in rows)])
+
+
 def _f(x: float | None, places: int = 3) -> str:
     return "-" if x is None else f"{x:.{places}f}"
 
@@ -209,6 +245,7 @@ def run(quick: bool = False, repeats: int | None = None) -> dict[str, Any]:
     sets = [demo(s["demo_pool"]), adult(s["adult_private"], s["adult_pool"])]
     setup_s = time.perf_counter() - t0
     cells = [c for ds in sets for c in grid(ds, s)]
+    quotas = quota_grid(sets[0], s)
     dflt = next((c for c in cells if c["dataset"] == "demo" and c["epsilon"] == 2.0
                  and (c["T"], c["b"], c["utility"]) == (*DEFAULT, "minmax")), None)
     result: dict[str, Any] = {
@@ -217,7 +254,8 @@ def run(quick: bool = False, repeats: int | None = None) -> dict[str, Any]:
         "private_rows": {ds.name: sum(f.n for f in ds.priv.priv_features.values())
                          for ds in sets},
         "setup_s": setup_s, "grid_s": time.perf_counter() - t0 - setup_s,
-        "cells": cells, "table": table(cells),
+        "cells": cells, "table": table(cells), "quotas": quotas,
+        "quota_table": quota_table(quotas),
         "target_met": None if dflt is None else (dflt["share_winners"] or 0.0) >= 0.5}
     result["summary"] = SUMMARIES["selection_signal"](result)  # the page's line (report.py)
     return result
@@ -228,13 +266,34 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="eps 2, T 1/5, b 5/20, one repeat")
     ap.add_argument("--repeats", type=int, help="repeats per cell (default 8; 1 with --quick)")
     ap.add_argument("--json", help="write the full result here")
+    ap.add_argument("--quotas-only", action="store_true",
+                    help="only the demo's (T, q, b) quota table, merged into "
+                         "benchmarks/RESULTS.json's selection_signal entry")
     args = ap.parse_args()
+    if args.quotas_only:
+        _quotas_only(args.quick, args.repeats)
+        return
     r = run(args.quick, args.repeats)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(r, f, indent=2)
     print(r["table"])
     print(r["summary"])
+
+
+def _quotas_only(quick: bool, repeats: int | None) -> None:
+    """The quota table alone (4 minutes), added to the recorded full run's entry."""
+    from pathlib import Path
+
+    from benchmarks.__main__ import write_results
+
+    s = dict(QUICK if quick else FULL, **({} if repeats is None else {"repeats": repeats}))
+    cells = quota_grid(demo(s["demo_pool"]), s)
+    print(quota_table(cells))
+    page = Path(__file__).with_name("RESULTS.md")
+    entries = json.loads(page.with_suffix(".json").read_text())
+    entries["selection_signal"]["result"] |= {"quotas": cells, "quota_table": quota_table(cells)}
+    write_results(page, entries)
 
 
 if __name__ == "__main__":

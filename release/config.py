@@ -237,9 +237,12 @@ class SelectionConfig:
     `selpe_audit.artifact.modes`) and its settings, and where candidates come from."""
 
     mode: str = "selpe"
-    rounds: int = 5       # T
+    # T = 1, b = 20: the selection-signal benchmark's choice (RESULTS.md, selection_signal):
+    # at the demo's selection epsilon 1-2 one round's winner keeps 0.6-0.7 of the eps-inf
+    # gap to the private rows; T = 5, b = 5 kept 0.04-0.12 (noise scale 10 per round).
+    rounds: int = 1       # T
     k: int = 3            # K: candidates per quota slot
-    batches: int = 5      # b
+    batches: int = 20     # b
     q: float = 1.0        # quota growth: m_t = ceil(t q)
     schedule: tuple[float, ...] | None = None  # shares of the selection budget per round
     threshold: float = 1.0  # pe-histogram: votes <= threshold x noise scale are dropped

@@ -94,10 +94,11 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
                                       sel.seed)
             kernel = Kernel(schema, None, KernelConfig(channels=sel.channels))
             if kernel.semantic_channels:  # numeric channels alone need no model
-                kernel.embedder = Embedder()
+                kernel.embedder = embedder = Embedder()
     if _uses_topics(cfg, schema):  # public inputs only, before any row is read
         with con.status("topic codebooks from public texts"):
-            embedder = Embedder()
+            # one embedder (and private cache) for topics and selection: each text once
+            embedder = embedder or Embedder()
             codebooks = _codebooks(cfg, schema, source, embedder)
     rid = ledger.reserve(planned, cfg.release_delta, note=f"release to {cfg.out}")
     spent_eps, spent_delta = ledger.spent()
@@ -146,6 +147,8 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
         total += run.accounting.epsilon
         total_delta += run.accounting.delta
         selection = selection_section(cfg, kernel, source, run)
+    if embedder is not None:  # the private texts the release embedded: forget them now
+        embedder.private_view().clear_cache()
     if total > budget.epsilon + 1e-9 or total_delta > cfg.release_delta * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting exceeds the configured budget")
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,

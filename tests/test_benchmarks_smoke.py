@@ -142,3 +142,18 @@ def test_counts_modes_quick(tmp_path):
     assert "| mode | eps | decoder | std LR | std GB |" in text
     assert "plots/counts_modes-gap-standard.svg" in text
     assert (tmp_path / "plots" / "counts_modes-tvd.svg").exists()
+
+
+@pytest.mark.slow
+def test_llm_text_benchmark_quick(tmp_path):
+    """Decoders side by side at smoke size: on text-free Adult the LLM decoder's records are
+    the model decoder's; on the demo's default path no placeholder is released or decoded."""
+    out = _run_runner(tmp_path, "llm_text")
+    r = json.loads(out.with_suffix(".json").read_text())["llm_text"]["result"]
+    assert r["adult"]["llm_vs_model_max_gap_diff"] <= 0.01
+    rows = {x["config"]: x for x in r["demo"]["rows"]}
+    llm = rows["default path: llm"]
+    assert llm["placeholders"] == 0 and llm["validity_strict"] == 1.0
+    assert llm["llm"]["records"] > 0  # the LLM wrote the texts
+    assert r["demo"]["default_path_release"]["placeholders"] == 0
+    assert "## llm_text" in out.read_text()

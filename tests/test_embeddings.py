@@ -206,3 +206,20 @@ def _texts(schema, kernel, record) -> list[str]:
         out.append(schema.linearize(record) if ch == "global"
                    else schema.lexicalize(ch[len("field:"):], record[ch[len("field:"):]]))
     return out
+
+
+@pytest.mark.slow
+def test_one_private_view_per_embedder_on_one_thread(embedder):
+    """A release embeds a private text once for its topic and selection (one shared view),
+    each alone on one torch thread, and leaves the thread count as it found it."""
+    import torch
+
+    view = embedder.private_view()
+    assert embedder.private_view() is view
+    before = torch.get_num_threads()
+    texts = fresh("shared-view", 3)
+    alone = view.encode(texts)
+    assert view.cache_size >= 3 and torch.get_num_threads() == before
+    np.testing.assert_allclose(alone, embedder.encode(texts), atol=1e-5)  # same vectors
+    view.clear_cache()
+    assert view.cache_size == 0

@@ -119,7 +119,8 @@ def test_candidates_take_fields_from_the_counts_and_text_from_the_writer(demo_sc
     again = source.generate(class_value=first, positives=[], negatives=[], hints=None, n=6)
     assert again != out  # a fresh seed per call
     desc = source.describe()
-    assert desc["text"] == {"written": 6 * 2, "refused": 0, "placeholders": 0, "retried": 0}
+    assert desc["text"] == {"written": 6 * 2, "refused": 0, "placeholders": 0, "copies": 0,
+                            "retried": 0}
     assert "fields_from" in desc
 
 

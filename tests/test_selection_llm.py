@@ -42,7 +42,7 @@ def test_release_with_llm_candidates(tmp_path, capfd):
     assert len(sel["candidates"]["model"]["sha256"]) == 64
     assert sel["candidates"]["prompt_templates_sha256"]
     text = sel["candidates"]["text"]  # counts only: texts written, refused, placeholders
-    assert set(text) == {"written", "refused", "placeholders", "retried"}
+    assert set(text) == {"written", "refused", "placeholders", "copies", "retried"}
     assert text["written"] == 2 * 5 * 2  # K * quota candidates, 5 classes, 2 rounds
     schema = load_schema(demo_schema_path())
     validator = schema.record_validator()

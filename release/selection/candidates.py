@@ -106,7 +106,8 @@ class LLMSource:
             s = self.writer.stats
             out["fields_from"] = "the noisy counts released in this run (post-processing)"
             out["text"] = {"written": s.records, "refused": s.invalid,
-                           "placeholders": s.placeholders, "retried": s.fallbacks}
+                           "placeholders": s.placeholders, "copies": s.copies,
+                           "retried": s.fallbacks}
         return out
 
     def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],

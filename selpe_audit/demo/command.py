@@ -64,8 +64,7 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
             "--data", str(DATA), "--schema", schema, "--out", str(art),
             "--key", str(keys / "release.pem"), "--epsilon", str(epsilon),
             *_demo_ledger(out),
-            *(["--rounds", "2", "--k", "2"] if llm_candidates
-              else ["--candidates", str(out / "candidate_pool.jsonl")])]),
+            *([] if llm_candidates else ["--candidates", str(out / "candidate_pool.jsonl")])]),
         ("review", ["review", str(art), "--trust", str(keys / "release.pub.pem")]),
         ("approve", ["approve", str(art), "--key", str(keys / "reviewer.pem"), "--yes"]),
         ("decode, released model (off-site)", [

@@ -6,7 +6,9 @@ provenance can record a config as is. Counters hold no record content.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from selpe_audit.errors import UserError
 
@@ -89,3 +91,10 @@ class GenerationStats:
                    rejection_rate=self.rejections / self.record_tokens if self.record_tokens
                    else 0.0)
         return out
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 32-bit seed derived from a base seed and where we are (call, record, attempt, stage):
+    the same place always gets the same seed, whatever ran before it."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little")

@@ -50,7 +50,7 @@ class Request:
     seed: int
     max_tokens: int
     constrained: bool
-    stop_at_newline: bool = False
+    stop: bytes = b""  # unconstrained: the text ends before the first of these bytes
     tag: Any = None
 
 
@@ -321,8 +321,9 @@ class BatchEngine:
         if grammar is None and self.llm.is_eog(tok):
             return True
         piece = self.llm.piece(tok)
-        if req.stop_at_newline and b"\n" in piece:
-            s.out += piece[:piece.index(b"\n")]
+        cut = min((piece.index(b) for b in req.stop if b in piece), default=None)
+        if cut is not None:
+            s.out += piece[:cut]
             return True
         s.out += piece
         s.pending = [tok]

@@ -9,7 +9,6 @@ prefixes, parallel sequences, sample-then-check grammar sampling) is `engine.Bat
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -18,7 +17,12 @@ from typing import Any
 
 from selpe_audit.errors import UserError
 from selpe_audit.llm import prompts
-from selpe_audit.llm.config import GenerationConfig, GenerationError, GenerationStats
+from selpe_audit.llm.config import (
+    GenerationConfig,
+    GenerationError,
+    GenerationStats,
+    derive_seed,
+)
 from selpe_audit.llm.engine import BatchEngine, Request
 from selpe_audit.llm.grammar import RecordLayout, max_record_chars, parse_record, record_gbnf
 from selpe_audit.llm.models import LLM
@@ -32,12 +36,6 @@ __all__ = ["BatchEngine", "GenerationConfig", "GenerationError", "GenerationStat
 
 
 # ----- records -----------------------------------------------------------------------------
-
-def _seed(*parts: Any) -> int:
-    """A 32-bit seed derived from the base seed and where we are (call, attempt, stage)."""
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "little")
-
 
 class RecordGenerator:
     """Generates schema-valid records for one class at a time from public few-shot examples.
@@ -126,7 +124,7 @@ class RecordGenerator:
         counters = {"attempts": 0, "in_flight": 0}
         first_stage = Request(prefix=0, suffix=prefix_tokens[0][-1:], seed=0,
                               max_tokens=cfg.context_max_tokens, constrained=not cfg.two_stage,
-                              stop_at_newline=cfg.two_stage)
+                              stop=b"\n" if cfg.two_stage else b"")
         if not cfg.two_stage:
             first_stage.max_tokens = self._record_max_tokens
 
@@ -140,13 +138,14 @@ class RecordGenerator:
             counters["attempts"] += 1
             counters["in_flight"] += 1
             k = counters["attempts"]
-            req = Request(**{**asdict(first_stage), "seed": _seed(base, call, k, 1), "tag": k})
-            return req
+            seed = derive_seed(base, call, k, 1)
+            return Request(**{**asdict(first_stage), "seed": seed, "tag": k})
 
         def on_done(req: Request, text: str, complete: bool) -> None:
             if cfg.two_stage and not req.constrained:
                 suffix = self._tokens(prompts.stage2_suffix(text))
-                queue.append(Request(prefix=1, suffix=suffix, seed=_seed(base, call, req.tag, 2),
+                seed = derive_seed(base, call, req.tag, 2)
+                queue.append(Request(prefix=1, suffix=suffix, seed=seed,
                                      max_tokens=self._record_max_tokens, constrained=True,
                                      tag=req.tag))
                 return

@@ -13,7 +13,10 @@ length limits and is not a placeholder (`placeholder_words`); otherwise it is re
 the next attempt's seed. After ``max_attempts`` the draft is a *fallback*: its value is left
 as it was and it is handed back to the caller, who decides what it means (the hybrid decoder
 keeps the topic's public text; the release retries with a fresh base seed and refuses after
-a cap, so a placeholder is never released).
+a cap, so a placeholder is never released). A kept text that repeats one shown in its prompt
+(an exemplar's or a topic text) is counted as a copy, not refused: refusing copies made
+three in four attempts fail with the bundled 270M model, and the fallback is a public text
+again.
 """
 
 from __future__ import annotations
@@ -24,9 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from selpe_audit.llm import prompts
-from selpe_audit.llm.config import GenerationConfig, GenerationStats
+from selpe_audit.llm.config import GenerationConfig, GenerationStats, derive_seed
 from selpe_audit.llm.engine import BatchEngine, Request
-from selpe_audit.llm.generation import _seed
 from selpe_audit.llm.models import LLM
 from selpe_audit.schema import Field, Schema
 
@@ -39,11 +41,12 @@ class TextStats(GenerationStats):
     """Generation counters plus what the text checks refused (no text content)."""
 
     placeholders: int = 0   # texts refused as a placeholder and resampled
+    copies: int = 0         # texts kept that repeat a text shown in their prompt
     fallbacks: int = 0      # drafts handed back unwritten after max_attempts
 
     def as_dict(self) -> dict[str, float]:
         return {**super().as_dict(), "placeholders": self.placeholders,
-                "fallbacks": self.fallbacks}
+                "copies": self.copies, "fallbacks": self.fallbacks}
 
 
 def _words(text: str) -> str:
@@ -94,6 +97,7 @@ class TextWriter:
         """Field ``f``'s text of every draft, attempt a of draft d seeded by (base, d.index,
         f, a); returns the fallbacks (drafts left unwritten), in draft order."""
         stats, cfg = TextStats(), self.config
+        shown = {_words(str(e[f.name])) for e in examples if e.get(f.name)}
         engine = BatchEngine(self.llm, cfg, None, cfg.n_parallel, stats)
         pending = list(range(len(drafts)))
         attempts = [0] * len(drafts)
@@ -108,8 +112,8 @@ class TextWriter:
                                                            list(d.topic_texts)[:TOPIC_TEXTS]))
             attempts[slot] += 1
             return Request(prefix=0, suffix=suffix,
-                           seed=_seed(base, d.index, f.name, attempts[slot]),
-                           max_tokens=_max_tokens(f), constrained=False, stop_at_newline=True,
+                           seed=derive_seed(base, d.index, f.name, attempts[slot]),
+                           max_tokens=_max_tokens(f), constrained=False, stop=b'\n"',
                            tag=slot)
 
         def on_done(req: Request, text: str, complete: bool) -> None:
@@ -119,6 +123,8 @@ class TextWriter:
             if ok:
                 drafts[slot].values[f.name] = written
                 stats.records += 1
+                stats.copies += _words(written) in shown | {
+                    _words(t) for t in list(drafts[slot].topic_texts)[:TOPIC_TEXTS]}
                 return
             stats.invalid += 1
             stats.placeholders += ok is False
