@@ -43,7 +43,12 @@ def _selection(quick: bool) -> dict[str, Any]:
 
 def _decode(quick: bool) -> dict[str, Any]:
     from benchmarks import decode
-    return decode.run(n=200, quick=quick)
+    return decode.run(n=200, quick=quick, llm_n=None if quick else 40)  # LLM: 80 candidates
+
+
+def _shards(quick: bool) -> dict[str, Any]:
+    from benchmarks import shards
+    return shards.run(quick)
 
 
 def _adult(quick: bool) -> dict[str, Any]:
@@ -84,6 +89,11 @@ def _selection_modes(quick: bool) -> dict[str, Any]:
     return selection_modes.run(quick)
 
 
+def _llm_text(quick: bool) -> dict[str, Any]:
+    from benchmarks import llm_text
+    return llm_text.run(quick)
+
+
 def _selection_signal(quick: bool) -> dict[str, Any]:
     from benchmarks import selection_signal
     return selection_signal.run(quick)
@@ -103,7 +113,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "counts_modes": ("python -m benchmarks.counts_modes", _counts_modes),
     "adult_llm": ("python -m benchmarks.adult_llm", _adult_llm),
     "triage": ("python -m benchmarks.triage", _triage),
+    "llm_text": ("python -m benchmarks.llm_text", _llm_text),
     "decode": ("python -m benchmarks.decode", _decode),
+    "shards": ("python -m benchmarks.shards", _shards),
     "generation": ("python -m benchmarks.generation", _generation),
     "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
     "database": ("python -m benchmarks.database", _database),

@@ -163,12 +163,23 @@ def _selection_signal_table(r: Result) -> str:
         "(gap share of eps inf's in brackets); winners = the round's most chosen, picks = "
         "each batch's noisy max:",
         _table(("T", "b", "random", "winners eps inf", "raw winners", "minmax winners",
-                "minmax picks"), rows)])
+                "minmax picks"), rows),
+        *([f"More winners per class (m_T = ceil(T q)), demo, selection eps {eps:g}, minmax:"
+           "\n\n" + _quota_table([c for c in r["quotas"] if c["epsilon"] == eps])]
+          if r.get("quotas") else [])])
+
+
+def _quota_table(cells: Sequence[Result]) -> str:
+    return _table(("T", "q", "b", "winners per class", "random", "winners eps inf",
+                   "winners (gap share)"),
+                  [(c["T"], c["q"], c["b"], c["winners_per_class"], _f(c["random"]),
+                    _f(c["winners_inf"]), f"{_f(c['winners'])} ({_f(c['share_winners'], 2)})")
+                   for c in cells])
 
 
 def _selection_signal_summary(r: Result) -> str:
     """The best (T, b, utility) on the demo at selection eps 2 and 1 (the demo release's
-    eps 2 gives the selection 1), and T = 5, b = 5 (today's defaults) next to it."""
+    eps 2 gives the selection 1), and T = 5, b = 5 (the earlier defaults) next to it."""
     parts = []
     for eps in (2.0, 1.0):
         at = {k: c for k, c in _signal_at(r, eps).items() if c["share_winners"] is not None}
@@ -177,6 +188,8 @@ def _selection_signal_summary(r: Result) -> str:
         c = max(at.values(), key=lambda x: x["share_winners"])
         dflt = ", ".join(f"{u} {at[5, 5, u]['share_winners']:.2f}" for u in ("minmax", "raw")
                          if (5, 5, u) in at)
+        if (1, 20, "minmax") in at:
+            dflt += f"; defaults T = 1, b = 20: {at[1, 20, 'minmax']['share_winners']:.2f}"
         parts.append(f"demo, selection eps {eps:g}: best T = {c['T']}, b = {c['b']}, "
                      f"{c['utility']} (winners {c['winners']:.3f} vs random "
                      f"{c['random']:.3f}, gap share {c['share_winners']:.2f} of eps inf's)"
@@ -225,18 +238,65 @@ def _audits_summary(r: Result) -> str:
     return f"Each mechanism audit at the right and a 2x-off calibration: {right}."
 
 
+def _llm_text_table(r: Result) -> str:
+    """Adult's gaps per decoder, then the demo's decodes: text-only TSTR, text and MIA."""
+    a = r["adult"]
+    models = list(a["rows"][0]["gaps"])
+    adult = _table(("decoder", *(f"{m} gap" for m in models), "decode (s)"),
+                   [(x["decoder"], *(_f(x["gaps"][m]) for m in models), x["decode_s"])
+                    for x in a["rows"]])
+    d = r["demo"]
+    rows = [(x["config"], x["rows"], _f(x["text_tstr"]["synthetic"]),
+             _f(x["text_tstr"]["real_sample"]), _f(x["utility"]["tfidf_logreg"]["gap"]),
+             f"{x['distinct_share']:.2f}", x["placeholders"], _f(x["validity_strict"], 2),
+             _f(max(v["tpr_at_1pct_fpr"] for v in x["mia"].values())),
+             _f(x["mia_tpr_bound_at_1pct"]), x["candidates_per_s"])
+            for x in d["rows"]]
+    w = d["default_path_release"]
+    return "\n\n".join([
+        f"Adult, eps {a['epsilon']:g}, {a['train_rows']:,} rows per decoder, TSTR gap per "
+        "evaluator:", adult,
+        f"Demo, eps {d['epsilon']:g}, {d['n']} rows per decode (text TSTR: TF-IDF LR on "
+        "the free text alone, next to a same-size real sample; MIA: the highest TPR at 1 % "
+        "FPR of the two attacks, next to the DP bound):",
+        _table(("decode", "rows", "text TSTR", "real text", "record LR gap", "distinct",
+                "placeholders", "valid", "MIA TPR", "bound", "candidates/s"), rows),
+        f"Default-path release ({w['release_s']} s): {w['exemplars']} released exemplars, "
+        f"{w['distinct_texts']} distinct texts, {w['placeholders']} placeholders, "
+        f"{100 * w['share_at_bounds']:.1f} % of their numbers at a schema bound (the private "
+        f"rows: {100 * w['members_share_at_bounds']:.1f} %); candidates' "
+        f"text counters {w['candidate_text']}."])
+
+
+def _llm_text_summary(r: Result) -> str:
+    a, d = r["adult"], r["demo"]
+    by = {x["config"]: x for x in d["rows"]}
+    llm = by.get("default path: llm", d["rows"][0])
+    t = llm["text_tstr"]
+    ex, anchors = by.get("pool: llm (exemplars + anchors)"), by.get("pool: llm (anchors only)")
+    helps = (f"; exemplars + anchors {_f(ex['text_tstr']['synthetic'])} vs anchors alone "
+             f"{_f(anchors['text_tstr']['synthetic'])}" if ex and anchors else "")
+    met = [k for k, v in d["default_path_targets"].items() if not v]
+    return (f"Adult eps 2: LLM decoder within {a['llm_vs_model_max_gap_diff']:.3f} of the model "
+            f"decoder's gaps; demo default path: LLM text TSTR {_f(t['synthetic'])} vs real "
+            f"{_f(t['real_sample'])}, {100 * llm['distinct_share']:.0f} % distinct, "
+            f"{llm['placeholders']} placeholders{helps}; targets "
+            + ("all met" if not met else "missed: " + ", ".join(met)) + ".")
+
+
 TABLES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_table, "selection": _selection_table, "decode": _decode_table,
     "generation": _generation_table,
     "selection_modes": _selection_modes_table,  # its own table is the full 12-row grid, twice
     "selection_signal": _selection_signal_table,  # its own table is the full grid
+    "llm_text": _llm_text_table,
 }
 SUMMARIES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_summary, "selection": _selection_summary, "decode": _decode_summary,
     "generation": _generation_summary, "selection_modes": _selection_modes_summary,
     "adult": _adult_summary, "triage": _triage_summary, "adult_llm": _adult_llm_summary,
     "llama_builds": _builds_summary, "database": _database_summary, "audits": _audits_summary,
-    "selection_signal": _selection_signal_summary,
+    "selection_signal": _selection_signal_summary, "llm_text": _llm_text_summary,
 }
 
 

@@ -33,6 +33,20 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="llm (default); marginals: the no-LLM baseline (independent fields); "
                         "model: whole records from the released counts model (artifacts "
                         "released with [counts] mode = \"fixed\", \"aim\" or \"mst\")")
+    sh = p.add_argument_group("shards and clusters")
+    sh.add_argument("--shards", type=int, metavar="S",
+                    help="split the plan into S parts, each seeded by (seed, class, part): the "
+                         "same records wherever and in whatever order the parts run (default "
+                         "1; with --ray, one part per GPU or CPU of the cluster)")
+    sh.add_argument("--shard", type=int, metavar="I",
+                    help="make only part I (0 .. S-1) of --shards S into --out, with its own "
+                         "checkpoint and provenance; the parts' JSONL outputs, concatenated in "
+                         "order, equal one run with --shards S")
+    sh.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                    help="run the parts as Ray tasks on the cluster whose head is ADDRESS "
+                         "(host:port, or auto), or on a local Ray when no ADDRESS is given, "
+                         "and merge them into --out (needs the cluster extra; paths must be "
+                         "the same on every node)")
     abl = p.add_argument_group("selection and ablations")
     abl.add_argument("--overgenerate", type=float, default=2.0, metavar="F",
                      help="candidates per output row before selection (default 2)")
@@ -64,14 +78,25 @@ def gpu_layers(arg: int | None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.require_approvals < 0:
         raise UserError("--require-approvals must be >= 0")
+    if args.ray is not None and args.shard is not None:
+        raise UserError("--shard makes one part in this process; leave it out with --ray, "
+                        "which runs every part on the cluster")
     settings = DecodeSettings(n=args.n, decoder=args.decoder, seed=args.seed,
                               overgenerate=args.overgenerate, select_top=args.select_top,
                               fit=args.fit, two_stage=args.two_stage, hybrid=args.hybrid,
                               model=args.model,
-                              gpu_layers=gpu_layers(args.gpu_layers))
+                              gpu_layers=gpu_layers(args.gpu_layers),
+                              shards=1 if args.shards is None else args.shards,
+                              shard=args.shard)
     con = Console(stderr=True, highlight=False)
-    result = run_decode(args.artifact, args.trust, args.require_approvals, args.out,
-                        settings, con)
+    if args.ray is not None:
+        from decode.cluster import run_on_ray  # Ray only when asked for
+
+        result = run_on_ray(args.artifact, args.trust, args.require_approvals, args.out,
+                            settings, args.ray or None, args.shards, con)
+    else:
+        result = run_decode(args.artifact, args.trust, args.require_approvals, args.out,
+                            settings, con)
     doc = result.provenance_doc
     t = Table(title=f"decoded {result.rows} rows into {result.out}")
     for col in ("class", "rows", "candidates"):
@@ -80,10 +105,15 @@ def _run(args: argparse.Namespace) -> int:
         t.add_row(c, str(n), str(doc["candidates_per_class"][c]))
     Console(highlight=False).print(t)
     tvd = doc["fidelity"]["tvd_to_released"]["histograms_mean"]
-    before = doc["fidelity"]["candidates_tvd_to_released"]["histograms_mean"]
+    before = doc["fidelity"]["candidates_tvd_to_released"]  # per part when merged
     if tvd is not None:
-        con.print(f"TVD to the released histograms: {tvd:.3f} (candidates before selection: "
-                  f"{before:.3f})")
+        con.print(f"TVD to the released histograms: {tvd:.3f}" + (
+            "" if before is None else
+            f" (candidates before selection: {before['histograms_mean']:.3f})"))
+    if "shards" in doc:
+        con.print(f"merged {doc['shards']['count']} shards ({doc['shards']['backend']})")
+    elif doc["shard"]["count"] > 1:
+        con.print(f"shard {doc['shard']['index']} of {doc['shard']['count']}")
     con.print(f"all {doc['validity']['records_checked']} rows valid; provenance in "
               f"{result.provenance}")
     return 0
@@ -99,7 +129,9 @@ COMMAND = Command(
                 "model), keep those closest to the DP winners (SelectTop), fit them to the "
                 "released counts (IPF, systematic sampling, swaps, within-bin redraw) and "
                 "write Parquet/CSV/JSONL plus "
-                "<out>.provenance.json. A killed run resumes from <out>.partial.jsonl.",
+                "<out>.provenance.json. A killed run resumes from <out>.partial.jsonl. "
+                "--shards/--shard split the plan into parts that run anywhere (--ray: as Ray "
+                "tasks) and merge into the same records.",
     add_arguments=_add_arguments,
     run=_run,
 )

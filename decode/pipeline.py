@@ -9,6 +9,11 @@
     out[c]     = fit: IPF weights, systematic sampling, swaps, within-bin redraw (CoRTeC)
     write out (atomically) + provenance; remove the checkpoint
 
+Sharded (``shards`` = S > 1, `decode.shards`): the plan is split into S parts, each made as
+above with its own seeds, row targets, checkpoint and output; ``shard`` = I makes part I
+alone, else every part is made here in order and `decode.merge` joins them into one output
+with one provenance (`decode.cluster` runs the parts as Ray tasks instead).
+
 Only the verified artifact and public things (a model file, a seed) are read. Names say
 what things are: ``dp_`` released noisy numbers, ``cand_`` generated candidates, ``syn_``
 the chosen synthetic rows.
@@ -16,10 +21,12 @@ the chosen synthetic rows.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,14 +40,20 @@ from decode.fit import FitConfig, class_margins, fit_class, l1_distance
 from decode.hybrid import HybridDecoder
 from decode.llm import LLMDecoder
 from decode.marginals import MarginalsDecoder
+from decode.merge import merge_shards
 from decode.model import ModelDecoder
 from decode.progress import GenerationProgress
 from decode.released import Released, released_view
 from decode.select_top import artifact_kernel, closest, winner_distances
+from decode.shards import WHOLE, Part, all_parts, part_rows, shard_path
 from decode.writers import (
+    PROVENANCE_FORMAT,
+    DecodeResult,
     check_records,
     check_writable,
+    file_sha256,
     output_format,
+    provenance_path,
     valid_share,
     write_provenance,
     write_records,
@@ -48,10 +61,11 @@ from decode.writers import (
 from selpe_audit.artifact.document import VerifiedRelease, read_release, tool_versions
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import Kernel
-from selpe_audit.llm.models import load_llm
+from selpe_audit.llm.models import LLM, load_llm
 from selpe_audit.llm.prompts import templates_digest
 
-PROVENANCE_FORMAT = "selpe-audit/decode-provenance"
+__all__ = ["PROVENANCE_FORMAT", "DecodeResult", "DecodeSettings", "plan", "run_decode"]
+
 DECODERS = ("llm", "marginals", "model")
 _FIT_STREAM = 2  # seeds of the fit's draws, apart from the marginals (1) and model (3) decoders
 
@@ -83,6 +97,8 @@ class DecodeSettings:
     hybrid: bool = True  # llm on a model-mode artifact: fields from the model, LLM text only
     model: str | None = None
     gpu_layers: int = 0
+    shards: int = 1            # the plan in this many parts (`decode.shards`)
+    shard: int | None = None   # make only this part; None: every part, merged
 
     def __post_init__(self) -> None:
         if self.n <= 0:
@@ -95,6 +111,18 @@ class DecodeSettings:
             raise UserError("the SelectTop keep share must lie in (0, 1]")
         if self.seed < 0:
             raise UserError(f"--seed must be >= 0 (got {self.seed})")
+        if self.shards < 1:
+            raise UserError(f"--shards must be >= 1 (got {self.shards})")
+        if self.shard is not None and not 0 <= self.shard < self.shards:
+            raise UserError(f"--shard must lie in 0..{self.shards - 1} for --shards "
+                            f"{self.shards} (got {self.shard})")
+
+    @property
+    def parts(self) -> list[Part]:
+        """The parts this decode makes: the one asked for, else every part in order."""
+        if self.shard is not None:
+            return [Part(self.shard, self.shards)]
+        return all_parts(self.shards)
 
 
 @dataclass(frozen=True)
@@ -111,6 +139,13 @@ def plan(released: Released, n: int, overgenerate: float) -> Plan:
     return Plan(rows, {c: math.ceil(overgenerate * a) for c, a in rows.items()})
 
 
+def part_plan(whole: Plan, part: Part, overgenerate: float) -> Plan:
+    """A part's share of the whole plan's rows and the candidates it makes for them (the
+    whole plan for `WHOLE`)."""
+    rows = part_rows(whole.rows, part)
+    return Plan(rows, {c: math.ceil(overgenerate * a) for c, a in rows.items()})
+
+
 @dataclass
 class Selected:
     """The chosen rows per class and what each selection step did (all public)."""
@@ -120,8 +155,9 @@ class Selected:
 
 
 def select(released: Released, cand: dict[Any, list[dict[str, Any]]], rows: dict[Any, int],
-           settings: DecodeSettings, kernel: Kernel | None) -> Selected:
-    """SelectTop (when ``kernel`` is given), then the fit (when on), per class."""
+           settings: DecodeSettings, kernel: Kernel | None, part: Part = WHOLE) -> Selected:
+    """SelectTop (when ``kernel`` is given), then the fit (when on), per class; the fit's
+    draws are seeded by the part's seed."""
     out = Selected({})
     fit_totals: Counter = Counter()
     for k, c in enumerate(released.classes):
@@ -135,7 +171,7 @@ def select(released: Released, cand: dict[Any, list[dict[str, Any]]], rows: dict
             out.syn_rows[c] = kept[:a]
             continue
         margins = class_margins(released, c, kept, a)
-        rng = np.random.default_rng([settings.seed, _FIT_STREAM, k])
+        rng = np.random.default_rng([part.seed(settings.seed), _FIT_STREAM, k])
         res = fit_class(kept, margins, a, released.schema, rng, FitConfig())
         out.syn_rows[c] = res.records
         fit_totals.update(l1_without_fit=l1_distance(margins, np.arange(a)),
@@ -147,47 +183,92 @@ def select(released: Released, cand: dict[Any, list[dict[str, Any]]], rows: dict
     return out
 
 
-def make_decoder(released: Released, settings: DecodeSettings) -> RecordSource:
+def make_decoder(released: Released, settings: DecodeSettings, part: Part = WHOLE,
+                 llm: LLM | None = None) -> RecordSource:
+    """The decoder ``settings`` name, every draw seeded by the part's seed; the LLM decoders
+    use ``llm`` when given (one model shared by every part) or load it."""
+    seed = part.seed(settings.seed)
     if settings.decoder == "marginals":
-        return MarginalsDecoder(released, settings.seed)
+        return MarginalsDecoder(released, seed)
     if settings.decoder == "model":
-        return ModelDecoder(released, settings.seed)
-    llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers, seed=settings.seed)
+        return ModelDecoder(released, seed)
+    if llm is None:
+        llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers, seed=settings.seed)
     if settings.hybrid and released.model is not None:
-        return HybridDecoder(released, llm, seed=settings.seed)
-    return LLMDecoder(released, llm, seed=settings.seed, two_stage=settings.two_stage)
-
-
-def _binding(rel: VerifiedRelease, settings: DecodeSettings, decoder: RecordSource,
-             p: Plan) -> dict[str, Any]:
-    """Everything that decides which candidates are made (and nothing that does not)."""
-    return {"artifact_sha256": rel.sha256, "decoder": decoder.describe(), "seed": settings.seed,
-            "candidates_per_class": [[c, m] for c, m in p.candidates.items()]}
+        return HybridDecoder(released, llm, seed=seed)
+    return LLMDecoder(released, llm, seed=seed, two_stage=settings.two_stage)
 
 
 @dataclass(frozen=True)
-class DecodeResult:
-    out: Path
-    provenance: Path
-    rows: int
-    provenance_doc: dict[str, Any]
+class Tools:
+    """What every part of one decode shares, loaded once: the LLM and SelectTop's kernel."""
+
+    llm: LLM | None = None
+    kernel: Kernel | None = None
+    embedder: dict[str, Any] | None = None  # what provenance says about the local embedder
+
+
+def load_tools(released: Released, settings: DecodeSettings) -> Tools:
+    llm = None
+    if settings.decoder == "llm":
+        llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers, seed=settings.seed)
+    if settings.select_top and released.kernel is not None:
+        return Tools(llm, *artifact_kernel(released))
+    return Tools(llm)
+
+
+def _binding(rel: VerifiedRelease, settings: DecodeSettings, decoder: RecordSource,
+             p: Plan, part: Part) -> dict[str, Any]:
+    """Everything that decides which candidates are made (and nothing that does not)."""
+    return {"artifact_sha256": rel.sha256, "decoder": decoder.describe(), "seed": settings.seed,
+            "shard": part.describe(),
+            "candidates_per_class": [[c, m] for c, m in p.candidates.items()]}
+
+
+def _digest(binding: dict[str, Any]) -> str:
+    text = json.dumps(binding, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out: Path,
-               settings: DecodeSettings, console: Console | None = None) -> DecodeResult:
+               settings: DecodeSettings, console: Console | None = None, *,
+               reuse: bool = False) -> DecodeResult:
+    """Verify the artifact, then decode the parts ``settings`` asks for into ``out``: one part
+    (the whole plan, or ``--shard I``) directly, several one after the other into their
+    shard files, merged at the end. ``reuse``: keep a part whose output this very decode
+    already wrote (a rerun, or a retried Ray task, skips it)."""
     con = console or Console(stderr=True, highlight=False)
-    fmt = output_format(out)
+    output_format(out)
     rel = read_release(artifact, list(trusted), require_approvals)
     released = released_view(rel)
     check_writable(out)
-    p = plan(released, settings.n, settings.overgenerate)
     with con.status("loading models"):
-        decoder = make_decoder(released, settings)
-        kernel, embedder = None, None
-        if settings.select_top and released.kernel is not None:
-            kernel, embedder = artifact_kernel(released)
-    ckpt = Checkpoint(checkpoint_path(out), _binding(rel, settings, decoder, p),
-                      list(released.classes))
+        tools = load_tools(released, settings)
+    parts = settings.parts
+    if len(parts) == 1:
+        return decode_part(rel, released, settings, parts[0], out, tools, con, reuse=reuse)
+    t0 = time.perf_counter()
+    docs = []
+    for part in parts:
+        con.print(f"{part.label}")
+        docs.append(decode_part(rel, released, replace(settings, shard=part.index), part,
+                                shard_path(out, part), tools, con, reuse=True).provenance_doc)
+    return merge_shards(out, released, docs, time.perf_counter() - t0, "local")
+
+
+def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettings, part: Part,
+                out: Path, tools: Tools, con: Console, *, reuse: bool = False) -> DecodeResult:
+    """One part of the plan (the whole plan when unsharded) into ``out``: its candidates
+    through its own checkpoint, SelectTop and the fit on them, its rows and provenance."""
+    fmt = output_format(out)
+    p = part_plan(plan(released, settings.n, settings.overgenerate), part, settings.overgenerate)
+    with con.status("loading models"):
+        decoder = make_decoder(released, settings, part, tools.llm)
+    binding = _binding(rel, settings, decoder, p, part)
+    if reuse and (done := _finished(out, binding)) is not None:
+        con.print(f"{part.label}: already decoded into {out}")
+        return done
+    ckpt = Checkpoint(checkpoint_path(out), binding, list(released.classes))
     try:
         if ckpt.resumed:
             con.print(f"resuming from {ckpt.path}: {ckpt.resumed} candidates already made")
@@ -196,11 +277,13 @@ def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out:
         seconds = time.perf_counter() - t0
         cand = ckpt.candidates
         with con.status("selecting and fitting rows"):
-            chosen = select(released, cand, p.rows, settings, kernel)
+            chosen = select(released, cand, p.rows, settings, tools.kernel, part)
         syn_rows = [r for c in released.classes for r in chosen.syn_rows[c]]
         checked = check_records(syn_rows, released.schema)
         sha = write_records(out, syn_rows, released.schema)
-        doc = _provenance(rel, released, settings, decoder, embedder, p, chosen, cand)
+        doc = _provenance(rel, released, settings, decoder, tools.embedder, p, chosen, cand)
+        doc["shard"] = part.describe()
+        doc["binding_sha256"] = _digest(binding)
         doc["output"] = {"path": out.name, "format": fmt, "rows": len(syn_rows), "sha256": sha}
         doc["validity"] = {"records_checked": checked, "records_valid": checked,
                            "share_valid": valid_share(
@@ -219,6 +302,21 @@ def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out:
         raise
     ckpt.remove()
     return DecodeResult(out, prov, len(syn_rows), doc)
+
+
+def _finished(out: Path, binding: dict[str, Any]) -> DecodeResult | None:
+    """The part in ``out`` when this very decode wrote it (same binding, output intact)."""
+    prov = provenance_path(out)
+    try:
+        doc = json.loads(prov.read_bytes())
+        if doc["binding_sha256"] != _digest(binding) or \
+                file_sha256(out) != doc["output"]["sha256"]:
+            return None
+        made = sum(doc["candidates_per_class"].values())  # all of them by an earlier run
+        doc["generation"] |= {"records_this_run": 0, "resumed": made, "output_kept": True}
+        return DecodeResult(out, prov, doc["output"]["rows"], doc)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _generate(decoder: RecordSource, p: Plan, ckpt: Checkpoint, con: Console) -> int:

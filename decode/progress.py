@@ -16,17 +16,20 @@ from rich.progress import (
 
 
 class GenerationProgress:
-    """``with GenerationProgress(console, total, done) as bar: bar.advance(validity)``."""
+    """``with GenerationProgress(console, total, done) as bar: bar.advance(validity)``, or
+    ``bar.update(done)`` where another process makes the records."""
 
-    def __init__(self, console: Console, total: int, done: int) -> None:
+    def __init__(self, console: Console, total: int, done: int,
+                 label: str = "candidates") -> None:
         self._progress = Progress(
-            TextColumn("[bold]candidates"), BarColumn(), MofNCompleteColumn(),
+            TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]} records/s"),
             TextColumn("valid {task.fields[validity]}"),
             TimeElapsedColumn(), TimeRemainingColumn(), console=console)
         self._task = self._progress.add_task("decode", total=total, completed=done,
                                              rate="-", validity="-")
         self._made = 0
+        self._done = done
         self._t0 = time.perf_counter()
 
     def __enter__(self) -> GenerationProgress:
@@ -42,3 +45,10 @@ class GenerationProgress:
         rate = self._made / max(time.perf_counter() - self._t0, 1e-9)
         self._progress.update(self._task, advance=1, rate=f"{rate:.3g}",
                               validity=f"{validity:.0%}")
+
+    def update(self, done: int) -> None:
+        """Set the count to ``done`` (a Ray job's driver reads it from the shards'
+        checkpoints); validity is the workers' own and is not shown."""
+        self._made = max(0, done - self._done)
+        rate = self._made / max(time.perf_counter() - self._t0, 1e-9)
+        self._progress.update(self._task, completed=done, rate=f"{rate:.3g}")

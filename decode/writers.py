@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,17 @@ from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
+PROVENANCE_FORMAT = "selpe-audit/decode-provenance"
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """What a decode wrote: the records, their provenance, and the provenance's content."""
+
+    out: Path
+    provenance: Path
+    rows: int
+    provenance_doc: dict[str, Any]
 
 
 def output_format(out: Path) -> str:
@@ -64,15 +76,34 @@ def valid_share(records: list[dict[str, Any]], schema: Schema) -> float:
     return sum(1 for r in records if validator.is_valid(r)) / len(records)
 
 
-def _frame(records: list[dict[str, Any]], schema: Schema) -> pl.DataFrame:
+def _columns(schema: Schema) -> dict[str, type[pl.DataType]]:
     types = {"integer": pl.Int64, "number": pl.Float64, "string": pl.String}
-    columns = {f.name: types[f.json_type] for f in schema.record_fields}
-    return pl.DataFrame(records, schema=columns)
+    return {f.name: types[f.json_type] for f in schema.record_fields}
 
 
 def write_records(out: Path, records: list[dict[str, Any]], schema: Schema) -> str:
     """Write the records in the format the extension names; return the file's SHA-256."""
-    df = _frame(records, schema)
+    return write_frame(out, pl.DataFrame(records, schema=_columns(schema)))
+
+
+def read_jsonl(path: Path, schema: Schema) -> pl.DataFrame:
+    """Records that `write_records` wrote to a ``.jsonl`` file, typed by the schema (so
+    writing them again gives the same bytes)."""
+    if path.stat().st_size == 0:  # a part without rows
+        return pl.DataFrame(schema=_columns(schema))
+    return pl.read_ndjson(path, schema=_columns(schema))
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_frame(out: Path, df: pl.DataFrame) -> str:
+    """Write a frame of records in the format the extension names; return its SHA-256."""
     buf = io.BytesIO()
     fmt = output_format(out)
     if fmt == "parquet":

@@ -4,6 +4,9 @@
 #   scripts/install.sh                 venv in .venv, project editable, dev tools
 #   VENV=/opt/venv MODE=wheel DEV=0 scripts/install.sh   (containers: non-editable, no dev tools)
 #   GPU=1 scripts/install.sh           llama-cpp-python built with CUDA (decode image)
+#   EXTRAS=cluster scripts/install.sh  optional extras besides DEV's (comma-separated; the decode
+#                                      image: cluster, for decode --ray). DEV=1 installs dev,
+#                                      bench and cluster (the tests use all three)
 #   LLAMA_BUILD=portable scripts/install.sh   llama.cpp for any AVX2 CPU (images, wheelhouses);
 #                                      default: native for this CPU, minus AMX (install-llama.sh)
 #   WHEELHOUSE=dir scripts/install.sh  offline: install only from a wheelhouse (see wheelhouse.sh)
@@ -31,6 +34,7 @@ PYTHON=${PYTHON:-python3}
 MODE=${MODE:-editable}
 DEV=${DEV:-1}
 GPU=${GPU:-0}
+EXTRAS=${EXTRAS:-}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 
@@ -81,8 +85,10 @@ step "installing torch" "${PIP[@]}" install "${SOURCE[@]}" "${TORCH_SOURCE[@]}" 
 # Before the project, so that its pin is met by the build made for this machine.
 VENV="$VENV" GPU="$GPU" scripts/install-llama.sh install
 
+extras=$EXTRAS
+[ "$DEV" = "1" ] && extras="dev,bench,cluster${EXTRAS:+,$EXTRAS}"
 target="."
-[ "$DEV" = "1" ] && target=".[dev,bench]"
+[ -n "$extras" ] && target=".[$extras]"
 editable=()
 [ "$MODE" = "editable" ] && editable=(-e)
 step "installing selpe-audit and its dependencies" \

@@ -19,7 +19,8 @@
 #
 # Environment:
 #   PYTHON=...            interpreter whose pip builds the wheels (default: .venv's, else python3)
-#   DEV=1                 also the dev and bench extras (default 1, as install.sh's default)
+#   DEV=1                 also the dev, bench and cluster extras (default 1, as install.sh's
+#                         default; cluster is Ray, ~80 MB, for decode --ray and its tests)
 #   LLAMA_BUILD=portable  build llama-cpp-python for any x86-64-v3 CPU (AVX2; no -march=native,
 #                         no OpenMP runtime needed). A build on this machine otherwise uses every
 #                         instruction this CPU has (AVX-512 here) and can die with SIGILL on the
@@ -120,7 +121,7 @@ done < <(pyproject packages)
 find "$src" -name __pycache__ -prune -exec rm -rf {} +
 rm -f "$DIR"/selpe_audit-*.whl
 target="$src"
-[ "$DEV" = "1" ] && target="${src}[dev,bench]"
+[ "$DEV" = "1" ] && target="${src}[dev,bench,cluster]"
 torch_source=()
 [ -n "$TORCH_INDEX_URL" ] && torch_source=(--extra-index-url "$TORCH_INDEX_URL")
 # torch is pinned here as install.sh pins it: the project allows a range, and the newest torch

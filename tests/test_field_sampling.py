@@ -79,7 +79,7 @@ class _Writer:
 
     def __init__(self, text: str | None) -> None:
         self.text, self.calls = text, 0
-        self.stats = SimpleNamespace(records=0, invalid=0, placeholders=0, fallbacks=0)
+        self.stats = SimpleNamespace(records=0, invalid=0, placeholders=0, copies=0, fallbacks=0)
 
     def write(self, f, class_value, examples, drafts, base):
         self.calls += 1

@@ -38,6 +38,9 @@ class _Embedder(HashEncoder):
     def private_view(self) -> _Embedder:
         return self
 
+    def clear_cache(self) -> None:
+        """Hash vectors keep no cache."""
+
 
 def _release(tmp: Path, mode: str) -> dict:
     rng = np.random.default_rng(0)  # the data's choice only
