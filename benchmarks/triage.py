@@ -29,7 +29,9 @@ Ablations at epsilon = 2, each checked to change what it claims to change:
 - ``no_select``: neither SelectTop nor the fit - the first rows of each class, from the same
   candidates as the default row.
 
-The LLM rows (default, no_partners, single_stage, no_select) decode ``--llm-n`` rows (10 by
+The LLM rows (default, no_partners, single_stage, no_select: the whole-record decoder,
+``--whole-records``, whose prompt these ablate; and ``hybrid``, the default ``--decoder llm``
+when the artifact has a counts model) decode ``--llm-n`` rows (10 by
 default, over-generation 2: 20 candidates per configuration) from the epsilon = 2 artifact.
 On 2 CPU cores the whole run took 6 minutes on an idle machine (LLM about 0.5 records/s)
 and 49 minutes at ``--llm-n 20`` on one shared with other LLM jobs (0.03-0.1 records/s, 36
@@ -265,9 +267,11 @@ def ablations(b: Bench, base: tuple[Released, dict, Candidates]) -> tuple[list, 
 
 
 def llm_ablations(b: Bench, released: Released) -> tuple[list, dict]:
-    """The LLM decoder at epsilon = 2: default, no partners, single stage, no select step."""
+    """The whole-record LLM decoder at epsilon = 2 (default, no partners, single stage, no
+    select step: the ablations are about its prompt), and the hybrid decoder beside it when
+    the artifact has a counts model."""
     eps = ABLATION_EPSILON
-    llm = DecodeSettings(n=b.sizes.llm_n, decoder="llm")
+    llm = DecodeSettings(n=b.sizes.llm_n, decoder="llm", hybrid=False)
     cand = b.dec.generate(released, llm)
     assert cand.described["generation"]["two_stage"] is True
     rows = [row(b, "default", eps, released, cand, llm),
@@ -278,6 +282,11 @@ def llm_ablations(b: Bench, released: Released) -> tuple[list, dict]:
     cand1 = b.dec.generate(released, single)
     assert cand1.described["generation"]["two_stage"] is False
     rows.append(row(b, "single_stage", eps, released, cand1, single))
+    if released.model is not None:
+        hybrid = replace(llm, hybrid=True)
+        cand2 = b.dec.generate(released, hybrid)
+        assert cand2.described["name"] == "llm" and "counts_model" in cand2.described
+        rows.append(row(b, "hybrid", eps, released, cand2, hybrid))
     return rows, {"single_stage": {"two_stage": False, "default_two_stage": True}}
 
 

@@ -81,7 +81,7 @@ def test_triage_quick(tmp_path):
     ablations = {(a["config"], a["decoder"]) for a in r["ablations"]}
     assert ablations == {(c, "marginals") for c in ("no_selection", "one_round", "global_only",
                                                     "no_partners", "no_select")} | {
-        (c, "llm") for c in ("default", "no_select", "no_partners", "single_stage")}
+        (c, "llm") for c in ("default", "no_select", "no_partners", "single_stage", "hybrid")}
     assert set(r["ablation_checks"]) == {"no_selection", "one_round", "global_only",
                                          "no_partners", "no_select", "single_stage"}
     assert r["ablation_checks"]["global_only"]["kernel_channels"] == ["global"]
