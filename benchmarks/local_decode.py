@@ -13,11 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from decode.hybrid import HybridDecoder
-from decode.llm import LLMDecoder
-from decode.marginals import MarginalsDecoder
-from decode.model import ModelDecoder
-from decode.pipeline import DecodeSettings, RecordSource, plan, select
+from decode.pipeline import DecodeSettings, RecordSource, make_decoder, plan, select
 from decode.released import Released
 from decode.select_top import artifact_kernel
 from selpe_audit.kernel.embeddings import Embedder
@@ -49,17 +45,11 @@ class LocalDecode:
         self.llm: LLM | None = None
 
     def decoder(self, released: Released, settings: DecodeSettings) -> RecordSource:
-        """`decode.pipeline.make_decoder`, with the shared model."""
-        if settings.decoder == "marginals":
-            return MarginalsDecoder(released, settings.seed)
-        if settings.decoder == "model":
-            return ModelDecoder(released, settings.seed)
-        if self.llm is None:
+        """`decode.pipeline.make_decoder`, with the shared model (loaded on first LLM use)."""
+        if settings.decoder not in ("marginals", "model") and self.llm is None:
             self.llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers,
                                 seed=settings.seed)
-        if settings.hybrid and released.model is not None:
-            return HybridDecoder(released, self.llm, seed=settings.seed)
-        return LLMDecoder(released, self.llm, seed=settings.seed, two_stage=settings.two_stage)
+        return make_decoder(released, settings, llm=self.llm)
 
     def generate(self, released: Released, settings: DecodeSettings) -> Candidates:
         """Every candidate the plan asks for (only generation is timed)."""
