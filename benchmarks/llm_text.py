@@ -18,6 +18,9 @@ non-members and test rows), two artifacts:
   same run. Reported: the release's time, its candidates' text counters, and whether the
   released winners' texts are varied, non-placeholder and their vitals off the schema's
   bounds. Decoded by the marginals, model and LLM (hybrid) decoders.
+- ``default path, schema without examples``: the same release from the demo schema less
+  its ``chief_complaint`` examples (public example texts the LLM is shown where a text has
+  no topic), decoded by the LLM: what the examples add.
 - ``pool``: the `selpe-audit demo` release (person unit, topic codebooks of 8 anchors per
   free-text field from a public pool of fictional rows, selection over that pool). Decoded
   by the model decoder (its texts are the topics' public anchor texts), the LLM decoder
@@ -135,6 +138,17 @@ def _release(b: Bench, name: str, config: Path | None, **overrides: Any) -> tupl
     return released_view(read_release(cfg.out, [b.trust])), doc
 
 
+def _without_examples(b: Bench) -> Path:
+    """The demo schema without its free-text ``examples``: what the schema's public example
+    texts add on the default path (release candidates and decode prompts)."""
+    raw = json.loads((ROOT / "selpe_audit/data/ed_triage.schema.json").read_text())
+    for spec in raw["properties"].values():
+        spec.pop("examples", None)
+    path = b.folder / "ed_triage.no-examples.schema.json"
+    path.write_text(json.dumps(raw, indent=2))
+    return path
+
+
 def _at_bounds(b: Bench, records: Sequence[Row]) -> float:
     """Share of numeric values equal to their field's schema minimum or maximum."""
     vals = [(r[f.name], f) for r in records for f in b.schema.record_fields
@@ -195,10 +209,13 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
     b = _bench(folder, sizes)
     n = plan.demo_n
     default, d_doc = _release(b, "default-path", None)
+    bare, _ = _release(b, "default-path-no-examples", None, schema=_without_examples(b))
     pool_rel, p_doc = _release(b, "pool", ROOT / "selpe_audit/data/demo_release.toml",
                                candidates=b.pool)
     rows = [score(b, f"default path: {d}", default, DecodeSettings(n=n, decoder=d))
             for d in ("marginals", "model", "llm")]
+    rows.append(score(b, "default path, schema without examples: llm", bare,
+                      DecodeSettings(n=n, decoder="llm")))
     no_exemplars = replace(pool_rel, winners={c: [] for c in pool_rel.classes},
                            partners={c: [] for c in pool_rel.classes})
     rows += [score(b, "pool: model (anchor texts)", pool_rel, DecodeSettings(n=n,

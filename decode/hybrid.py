@@ -24,13 +24,22 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from decode.llm import CHUNK, POSITIVES, chunk_seed
 from decode.model import ModelDecoder
 from decode.released import Released
 from selpe_audit.llm import prompts
-from selpe_audit.llm.config import GenerationConfig
+from selpe_audit.llm.config import GenerationConfig, derive_seed
 from selpe_audit.llm.models import LLM
-from selpe_audit.llm.text import TOPIC_TEXTS, Draft, TextStats, TextWriter, placeholder_words
+from selpe_audit.llm.text import (
+    TOPIC_TEXTS,
+    Draft,
+    TextStats,
+    TextWriter,
+    example_hints,
+    placeholder_words,
+)
 from selpe_audit.schema import Field
 
 __all__ = ["HybridDecoder", "placeholder_words"]
@@ -91,13 +100,17 @@ class HybridDecoder:
         base = chunk_seed(self.seed, self.released.class_index(class_value), chunk)
         examples = self.released.winners.get(class_value, [])[:POSITIVES]
         for f in self.text_fields:
-            drafts = [Draft(i, values, self._topic_texts(f, topics))
+            drafts = [Draft(i, values, self._topic_texts(f, topics, class_value, i))
                       for i, values, topics in drawn]
             self.writer.write(f, class_value, examples, drafts, base)
         return [values for _, values, _ in drawn]
 
-    def _topic_texts(self, f: Field, topics: dict[str, int]) -> list[str]:
-        """Public texts of the record's topic for ``f`` (none without a topic column)."""
+    def _topic_texts(self, f: Field, topics: dict[str, int], class_value: Any,
+                     index: int) -> list[str]:
+        """Public texts of the record's topic for ``f``; without a topic column, a few of
+        the schema's example texts (seeded by the record's place in the stream)."""
         if f.name not in topics:
-            return []
+            rng = np.random.default_rng(derive_seed(
+                self.seed, "examples", f.name, self.released.class_index(class_value), index))
+            return example_hints(f, rng)
         return self.model.topic_texts(f.name, topics[f.name])[:TOPIC_TEXTS]

@@ -98,9 +98,10 @@ def public_topic_texts(source: CandidateSource, schema: Schema,
                        per_class: int) -> dict[str, tuple[list[str], str]]:
     """Public texts of every free-text field, with the source's label.
 
-    A pool gives every text it holds; a generative source (the LLM) is asked for
-    ``per_class`` records of each class from public inputs only (no winners, no hints), so
-    nothing private can reach the codebook.
+    A pool gives every text it holds; a generative source (the LLM) writes ``per_class``
+    records of each class from the schema alone (`LLMSource.public_records`: no winners, no
+    counts), joined by the schema's own example texts, so nothing private can reach the
+    codebook.
     """
     fields = [f.name for f in schema.by_kind("text")]
     if isinstance(source, PoolSource):
@@ -109,9 +110,8 @@ def public_topic_texts(source: CandidateSource, schema: Schema,
     else:
         if per_class < 1:
             raise ValueError("per_class must be at least 1")
-        records = [r for c in schema.classes
-                   for r in source.generate(class_value=c, positives=[], negatives=[],
-                                            hints=None, n=per_class)]
+        records = [r for c in schema.classes for r in source.public_records(c, per_class)]
+        records += [{f.name: t} for f in schema.by_kind("text") for t in f.examples]
         label = SOURCE_LLM
     out: dict[str, tuple[list[str], str]] = {}
     for name in fields:

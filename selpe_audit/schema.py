@@ -45,8 +45,9 @@ _ALLOWED_TOP = {
 }
 _ALLOWED_FIELD = {
     "type", "enum", "minimum", "maximum", "minLength", "maxLength", "description", "title",
-    "x-bins", "x-precision",
+    "x-bins", "x-precision", "examples",
 }
+MAX_EXAMPLES = 100  # public example texts of one free-text field
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Field:
     precision: int = 0
     min_length: int = 0
     max_length: int = 0
+    examples: tuple[str, ...] = ()  # free text: the schema's public example values
 
     @property
     def is_integer(self) -> bool:
@@ -322,6 +324,8 @@ def _parse_field(name: str, spec: Any, is_id: bool, bad: Any) -> Field:
     if not isinstance(jtype, str):
         raise bad(f"field '{name}': give exactly one \"type\" (integer, number or string)")
     desc = str(spec.get("description") or spec.get("title") or name.replace("_", " "))
+    if "examples" in spec and (is_id or "enum" in spec or jtype != "string"):
+        raise bad(f"field '{name}': \"examples\" are for free-text fields only")
     if is_id:
         if jtype not in ("string", "integer") or "enum" in spec:
             raise bad(f"field '{name}': the person id must be a string or integer (no enum)")
@@ -346,8 +350,22 @@ def _parse_field(name: str, spec: Any, is_id: bool, bad: Any) -> Field:
         lo, hi = int(spec.get("minLength", 0)), int(spec["maxLength"])
         if not 0 <= lo <= hi or hi == 0:
             raise bad(f"field '{name}': need 0 <= minLength <= maxLength and maxLength > 0")
-        return Field(name, "text", jtype, desc, min_length=lo, max_length=hi)
+        return Field(name, "text", jtype, desc, min_length=lo, max_length=hi,
+                     examples=_parse_examples(name, spec.get("examples", []), lo, hi, bad))
     raise bad(f"field '{name}': unsupported type '{jtype}' (use integer, number, string or enum)")
+
+
+def _parse_examples(name: str, raw: Any, lo: int, hi: int, bad: Any) -> tuple[str, ...]:
+    """A free-text field's ``examples``: public texts that show the LLM what the field holds
+    (the schema is public: never put a real record's text here)."""
+    if not isinstance(raw, list) or len(raw) > MAX_EXAMPLES:
+        raise bad(f"field '{name}': \"examples\" must be a list of at most {MAX_EXAMPLES} "
+                  "texts")
+    for i, t in enumerate(raw):
+        if not isinstance(t, str) or not lo <= len(t) <= hi or not t.strip():
+            raise bad(f"field '{name}': examples[{i}] must be a non-blank text of {lo} to "
+                      f"{hi} characters")
+    return tuple(dict.fromkeys(" ".join(t.split()) for t in raw))
 
 
 def _parse_numeric(name: str, spec: dict[str, Any], jtype: str, desc: str, bad: Any) -> Field:

@@ -83,6 +83,7 @@ class _Writer:
 
     def write(self, f, class_value, examples, drafts, base):
         self.calls += 1
+        self.drafts = list(drafts)
         if self.text is None:
             self.stats.placeholders += len(drafts)
             self.stats.fallbacks += len(drafts)
@@ -157,3 +158,19 @@ def test_before_the_counts_the_source_stays_two_stage(demo_schema, monkeypatch):
     src.generator = SimpleNamespace(generate=lambda **kw: calls.append(kw["n"]) or [])
     src.generate(class_value=1, positives=[], negatives=[], hints=None, n=5)
     assert calls == [5] and "text" not in src.describe()
+
+
+def test_public_records_use_the_schema_alone(demo_schema, monkeypatch):
+    """The topic codebooks' LLM texts, written before any row is read: uniform fields, the
+    schema's example texts as hints, no exemplars."""
+    _stand_in_model(monkeypatch)
+    src = LLMSource(demo_schema, None, 0, seed=3)
+    src.writer = _Writer("a cough since Monday")
+    out = src.public_records(2, 40)
+    assert len(out) == 40 and all(demo_schema.record_validator().is_valid(r) for r in out)
+    assert {r["acuity"] for r in out} == {2} and len({r["age"] for r in out}) > 10
+    examples = set(demo_schema.field("chief_complaint").examples)
+    hints = [d.topic_texts for d in src.writer.drafts]
+    assert all(len(h) == 3 and set(h) <= examples for h in hints)
+    assert len({tuple(h) for h in hints}) > 1
+    assert src.public_records(2, 40) == out  # a function of the seed and class

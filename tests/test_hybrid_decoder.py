@@ -64,3 +64,36 @@ def test_the_llm_writes_text_only_and_never_changes_a_field(released, llm):
     again: list[dict] = []
     HybridDecoder(released, llm, seed=5).generate(2, 3, 10, again.append)
     assert again == out[3:]
+
+
+def test_copy_bans_stop_a_copy_after_the_shared_tokens():
+    from selpe_audit.llm.engine import AVOID_SHARED, copy_bans
+
+    a, b = tuple(range(1, AVOID_SHARED + 3)), (*range(1, AVOID_SHARED + 1), 99)
+    avoid = [a, b, (7, 8)]
+    assert copy_bans(a[:AVOID_SHARED - 1], avoid) == []  # texts may start alike
+    assert copy_bans(a[:AVOID_SHARED], avoid) == [a[AVOID_SHARED], 99]
+    assert copy_bans(a[:AVOID_SHARED + 1], avoid) == [a[AVOID_SHARED + 1]]
+    assert copy_bans((0, *a[1:AVOID_SHARED]), avoid) == []
+
+
+@pytest.mark.slow
+def test_written_texts_copy_neither_the_prompt_nor_each_other(released, llm):
+    """The bundled model repeats its few-shot texts word for word unless the engine stops a
+    copy after `AVOID_SHARED` tokens (shown texts and texts already written in the call)."""
+    from selpe_audit.llm.config import GenerationConfig
+    from selpe_audit.llm.engine import AVOID_SHARED
+    from selpe_audit.llm.text import Draft, TextWriter
+
+    f = SCHEMA.field(TEXT)
+    model = ModelDecoder(released, seed=2)
+    shown = ["the throat has been sore and scratchy since the weekend",
+             "the throat has been sore and dry since Monday morning"]
+    examples = [{**model.draw(2, 100 + j)[0], TEXT: t} for j, t in enumerate(shown)]
+    drafts = [Draft(i, dict(model.draw(2, i)[0])) for i in range(8)]
+    writer = TextWriter(SCHEMA, llm, GenerationConfig(seed=0))
+    failed = writer.write(f, 2, examples, drafts, base=11)
+    texts = [d.values[f.name] for d in drafts if d not in failed]
+    long = [t for t in texts if len(llm.tokenize(t)) > AVOID_SHARED]
+    assert len(long) >= 4
+    assert not set(long) & set(shown) and len(set(long)) == len(long)

@@ -75,6 +75,13 @@ def _mutate(demo_schema, fn):
         (lambda r: r["required"].remove("age"), "required"),
         (lambda r: r["properties"]["sex"].update({"enum": ["a", "a"]}), "distinct"),
         (lambda r: r["properties"]["age"].update({"minimum": "zero"}), "valid JSON Schema"),
+        (lambda r: r["properties"]["sex"].update({"examples": ["female"]}), "free-text"),
+        (lambda r: r["properties"]["chief_complaint"].update({"examples": "cough"}),
+         "examples: 'cough' is not of type 'array'"),
+        (lambda r: r["properties"]["chief_complaint"].update({"examples": ["cough"] * 101}),
+         "list of at most 100"),
+        (lambda r: r["properties"]["chief_complaint"].update({"examples": ["ok", "  "]}),
+         "examples[0] must be a non-blank text of 3 to 120"),
     ],
 )
 def test_bad_schemas_are_named(demo_schema, mutation, needle):
@@ -98,3 +105,15 @@ def test_load_schema_file_errors(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(UserError, match="not valid JSON"):
         load_schema(bad)
+
+
+def test_free_text_examples_are_public_prompt_material(demo_schema):
+    cc = demo_schema.field("chief_complaint")
+    assert len(cc.examples) >= 8 and all(3 <= len(t) <= 120 for t in cc.examples)
+    raw = _mutate(demo_schema, lambda r: r["properties"]["chief_complaint"].update(
+        {"examples": ["a  cough ", "a cough", "rash"]}))
+    assert parse_schema(raw).field("chief_complaint").examples == ("a cough", "rash")
+    assert demo_schema.record_validator().is_valid(  # an annotation: validation unchanged
+        {**{f.name: f.enum[0] for f in demo_schema.by_kind("categorical")},
+         **{f.name: f.minimum for f in demo_schema.by_kind("numeric")},
+         "chief_complaint": "not one of the examples"})

@@ -21,6 +21,7 @@ from release.topics import (
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.schema import parse_schema
 
 FIELD = "chief_complaint"
 CANARY = "zz-canary-7f3a private complaint nobody published"
@@ -74,9 +75,8 @@ class FakeLLM:
     def describe(self) -> dict[str, Any]:
         return {"kind": "llm"}
 
-    def generate(self, *, class_value, positives, negatives, hints, n) -> list[dict]:
-        self.asked.append({"class_value": class_value, "positives": positives,
-                           "negatives": negatives, "hints": hints, "n": n})
+    def public_records(self, class_value, n) -> list[dict]:
+        self.asked.append({"class_value": class_value, "n": n})
         return [{self.schema.label: class_value, FIELD: self.texts[i % len(self.texts)]}
                 for i in range(n)]
 
@@ -101,14 +101,18 @@ def test_pool_texts_are_every_distinct_public_text(demo_schema):
 def test_llm_texts_come_from_public_prompts_only(demo_schema):
     llm = FakeLLM(demo_schema, ["cough", "cough", "headache", "  "])
     texts, label = public_topic_texts(llm, demo_schema, per_class=4)[FIELD]
-    assert label == SOURCE_LLM and texts == ["cough", "headache"]  # deduped, blanks dropped
-    assert [a["class_value"] for a in llm.asked] == demo_schema.classes
-    assert all(a["positives"] == [] and a["negatives"] == [] and a["hints"] is None
-               and a["n"] == 4 for a in llm.asked)
+    examples = list(demo_schema.field(FIELD).examples)
+    # deduped, blanks dropped, the schema's own examples joined
+    assert label == SOURCE_LLM and texts == ["cough", "headache", *examples]
+    assert llm.asked == [{"class_value": c, "n": 4} for c in demo_schema.classes]
 
 
 def test_a_field_without_public_texts_is_a_one_line_user_error(demo_schema):
-    texts, label = public_topic_texts(FakeLLM(demo_schema, [" "]), demo_schema, 2)[FIELD]
+    raw = {**demo_schema.raw, "properties": {**demo_schema.raw["properties"]}}
+    raw["properties"][FIELD] = {k: v for k, v in raw["properties"][FIELD].items()
+                                if k != "examples"}
+    bare = parse_schema(raw)
+    texts, label = public_topic_texts(FakeLLM(bare, [" "]), bare, 2)[FIELD]
     assert texts == []
     with pytest.raises(UserError, match=f"'{FIELD}'") as e:
         build_codebook(FIELD, texts, 8, HashEncoder(), seed=0, source_label=label)

@@ -21,6 +21,7 @@ from selpe_audit.schema import Field, Schema
 #: base seeds tried per text field and call (max_attempts each) before the release refuses
 TEXT_ROUNDS = 4
 _STREAM = 7  # separates the candidates' field draws from the source's other seeded draws
+_PUBLIC = 11  # ... and the topic codebooks' public records'
 
 
 class CandidateSource(Protocol):
@@ -110,6 +111,17 @@ class LLMSource:
                            "retried": s.fallbacks}
         return out
 
+    def public_records(self, class_value: Any, n: int) -> list[dict]:
+        """``n`` records of the class from the schema alone, for the topic codebooks (before
+        any row is read): fields uniform over the schema's values and ranges, free text
+        written by the LLM as `generate` writes it once counts are in, without examples."""
+        rng = np.random.default_rng([self.seed, _PUBLIC, self.schema.classes.index(class_value)])
+        sampler = FieldSampler(self.schema, None)
+        records = [sampler.draw(class_value, rng) for _ in range(n)]
+        for f in self.schema.by_kind("text"):
+            self._write(f, class_value, [], records, rng)
+        return records
+
     def generate(self, *, class_value: Any, positives: list[dict], negatives: list[dict],
                  hints: dict[str, str] | None, n: int) -> list[dict]:
         if self.fields is None:
@@ -125,9 +137,9 @@ class LLMSource:
     def _write(self, f: Field, class_value: Any, examples: list[dict],
                records: list[dict], rng: np.random.Generator) -> None:
         """Field ``f``'s text of every record, or a `UserError` (see the class)."""
-        from selpe_audit.llm.text import Draft
+        from selpe_audit.llm.text import Draft, example_hints
 
-        drafts = [Draft(i, r) for i, r in enumerate(records)]
+        drafts = [Draft(i, r, example_hints(f, rng)) for i, r in enumerate(records)]
         for _ in range(TEXT_ROUNDS):
             drafts = self.writer.write(f, class_value, examples, drafts,
                                        int(rng.integers(1 << 32)))

@@ -47,13 +47,14 @@ def _probs(f: Field, row: Sequence[Any] | None) -> np.ndarray:
     return shares(mass if mass.sum() > 0 else sizes)
 
 
-def field_probs(schema: Schema, counts: Counts) -> Probs:
-    """Per class (the schema's order) and categorical or numeric field: its probabilities."""
+def field_probs(schema: Schema, counts: Counts | None) -> Probs:
+    """Per class (the schema's order) and categorical or numeric field: its probabilities
+    (uniform over the schema's values and ranges without ``counts``)."""
     out: Probs = {c: {} for c in schema.classes}
     for f in schema.record_fields:
         if f.kind not in ("categorical", "numeric"):
             continue
-        h = counts.histograms.get(f.name)
+        h = counts.histograms.get(f.name) if counts is not None else None
         width = len(f.enum) if f.kind == "categorical" else len(f.bins) - 1
         rows = h.dp_counts_by_class if h is not None else ()
         for k, c in enumerate(schema.classes):
@@ -74,7 +75,7 @@ def draw_value(f: Field, probs: np.ndarray, rng: np.random.Generator) -> Any:
 class FieldSampler:
     """Draws a record's label, categorical and numeric fields (no free text) per class."""
 
-    def __init__(self, schema: Schema, counts: Counts) -> None:
+    def __init__(self, schema: Schema, counts: Counts | None) -> None:
         self.schema = schema
         self.probs = field_probs(schema, counts)
 

@@ -52,6 +52,22 @@ class Request:
     constrained: bool
     stop: bytes = b""  # unconstrained: the text ends before the first of these bytes
     tag: Any = None
+    avoid: Sequence[Sequence[int]] = ()  # unconstrained: token texts it may not copy
+
+
+#: An unconstrained text may start like a text in its request's ``avoid`` for this many
+#: tokens; the token that would continue the copy is then never sampled (a small model
+#: otherwise repeats its few-shot examples word for word).
+AVOID_SHARED = 3
+
+
+def copy_bans(out: Sequence[int], avoid: Sequence[Sequence[int]]) -> list[int]:
+    """Tokens that would continue a copy of a text in ``avoid`` past `AVOID_SHARED` tokens:
+    ``a[m]`` for each ``a`` whose first ``m = len(out) >= AVOID_SHARED`` tokens are ``out``."""
+    m = len(out)
+    if m < AVOID_SHARED:
+        return []
+    return [a[m] for a in avoid if len(a) > m and list(a[:m]) == list(out)]
 
 
 @dataclass
@@ -63,6 +79,7 @@ class _Slot:
     pending: list[int]
     out: bytearray = field(default_factory=bytearray)
     n_out: int = 0
+    tokens: list[int] = field(default_factory=list)  # sampled (unconstrained requests)
 
 
 class BatchEngine:
@@ -208,11 +225,15 @@ class BatchEngine:
             out.append(widest[np.argpartition(logits[widest], -k)[-k:]])
         return [*out, widest]
 
-    def sample(self, chain: Any, grammar: Any | None, idx: int) -> int | None:
-        """One token for output ``idx``: sample first, grammar-check, mask only on rejection."""
+    def sample(self, chain: Any, grammar: Any | None, idx: int,
+               bans: Sequence[int] = ()) -> int | None:
+        """One token for output ``idx``: sample first, grammar-check, mask only on rejection.
+        ``bans``: more tokens never sampled here (besides markup)."""
         lc = self.lc
         if len(self._banned):
             self._logits(idx)[self._banned] = -np.inf
+        if bans:
+            self._logits(idx)[list(bans)] = -np.inf
         tok = int(lc.llama_sampler_sample(chain, self.llm.ctx, idx))
         if grammar is None:
             return tok
@@ -310,10 +331,12 @@ class BatchEngine:
         """Sample the slot's next token; True/False when the request ends (complete or not)."""
         req = s.request
         grammar = self._grammars[s.seq] if req.constrained else None
-        tok = self.sample(s.chain, grammar, idx)
+        bans = copy_bans(s.tokens, req.avoid) if req.avoid and grammar is None else ()
+        tok = self.sample(s.chain, grammar, idx, bans)
         if tok is None:
             return False
         s.n_out += 1
+        s.tokens.append(tok)
         if req.constrained:
             self.stats.record_tokens += 1
         else:

@@ -63,7 +63,9 @@ _RULES = {
     "style": "plain completion (no chat template), BOS first",
     "text_fields": "hybrid decoder and the release's LLM candidates (llm.text): every field "
                    "but free text, in the schema's wording; the free text is written in "
-                   "quotes and ends at the closing quote",
+                   "quotes and ends at the closing quote; the topic line shows the topic's "
+                   "public texts, or a few of the schema's example texts without a topic; a "
+                   "shown text is not copied past its first tokens (engine.AVOID_SHARED)",
 }
 
 

@@ -13,10 +13,15 @@ length limits and is not a placeholder (`placeholder_words`); otherwise it is re
 the next attempt's seed. After ``max_attempts`` the draft is a *fallback*: its value is left
 as it was and it is handed back to the caller, who decides what it means (the hybrid decoder
 keeps the topic's public text; the release retries with a fresh base seed and refuses after
-a cap, so a placeholder is never released). A kept text that repeats one shown in its prompt
-(an exemplar's or a topic text) is counted as a copy, not refused: refusing copies made
-three in four attempts fail with the bundled 270M model, and the fallback is a public text
-again.
+a cap, so a placeholder is never released).
+
+A small model repeats its few-shot texts word for word (with the bundled 270M model, three
+in four attempts did). So the engine never lets a text continue a copy of a text shown in
+its prompt (an exemplar's, a topic's or one of the schema's examples) or of a text already
+written in the same call past its first `engine.AVOID_SHARED` tokens: texts may start
+alike, then they part. A kept text that still equals a shown one (a text of a few tokens) is
+counted as a copy. Drafts without topic texts of their own are shown a few of the schema's
+example texts (JSON Schema ``examples`` of the field, public), if it has any.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from selpe_audit.llm import prompts
 from selpe_audit.llm.config import GenerationConfig, GenerationStats, derive_seed
@@ -63,6 +70,13 @@ def placeholder_words(schema: Schema) -> frozenset[str]:
     return frozenset(w for w in words if w)
 
 
+def example_hints(f: Field, rng: np.random.Generator) -> list[str]:
+    """Up to `TOPIC_TEXTS` of the schema's public example texts of ``f`` (its JSON Schema
+    ``examples``), a different few per draft so that drafts do not all lean on the same."""
+    k = min(TOPIC_TEXTS, len(f.examples))
+    return [f.examples[int(i)] for i in rng.choice(len(f.examples), size=k, replace=False)]
+
+
 def _max_tokens(f: Field) -> int:
     """Tokens allowed for one text: about half a token per character of its limit."""
     return max(8, min(96, (f.max_length or 200) // 2))
@@ -97,7 +111,15 @@ class TextWriter:
         """Field ``f``'s text of every draft, attempt a of draft d seeded by (base, d.index,
         f, a); returns the fallbacks (drafts left unwritten), in draft order."""
         stats, cfg = TextStats(), self.config
-        shown = {_words(str(e[f.name])) for e in examples if e.get(f.name)}
+        shown_texts = [" ".join(str(e[f.name]).split()) for e in examples if e.get(f.name)]
+        shown = {_words(t) for t in shown_texts}
+        token_cache: dict[str, tuple[int, ...]] = {}
+        kept: list[str] = []  # texts written in this call: not copied by later drafts
+
+        def tokens(text: str) -> tuple[int, ...]:
+            if text not in token_cache:
+                token_cache[text] = tuple(self.llm.tokenize(text))
+            return token_cache[text]
         engine = BatchEngine(self.llm, cfg, None, cfg.n_parallel, stats)
         pending = list(range(len(drafts)))
         attempts = [0] * len(drafts)
@@ -111,10 +133,12 @@ class TextWriter:
             suffix = self.llm.tokenize(prompts.text_suffix(self.schema, f, d.values,
                                                            list(d.topic_texts)[:TOPIC_TEXTS]))
             attempts[slot] += 1
+            topic = [" ".join(t.split()) for t in list(d.topic_texts)[:TOPIC_TEXTS]]
+            avoid = [tokens(t) for t in dict.fromkeys([*shown_texts, *topic, *kept])]
             return Request(prefix=0, suffix=suffix,
                            seed=derive_seed(base, d.index, f.name, attempts[slot]),
                            max_tokens=_max_tokens(f), constrained=False, stop=b'\n"',
-                           tag=slot)
+                           tag=slot, avoid=avoid)
 
         def on_done(req: Request, text: str, complete: bool) -> None:
             slot: int = req.tag
@@ -122,6 +146,7 @@ class TextWriter:
             ok = self.acceptable(f, written)
             if ok:
                 drafts[slot].values[f.name] = written
+                kept.append(written)
                 stats.records += 1
                 stats.copies += _words(written) in shown | {
                     _words(t) for t in list(drafts[slot].topic_texts)[:TOPIC_TEXTS]}
