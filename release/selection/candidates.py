@@ -21,7 +21,7 @@ from selpe_audit.schema import Field, Schema
 #: base seeds tried per text field and call (max_attempts each) before the release refuses
 TEXT_ROUNDS = 4
 _STREAM = 7  # separates the candidates' field draws from the source's other seeded draws
-_PUBLIC = 11  # ... and the topic codebooks' public records'
+_PUBLIC = 11  # separates the topic codebooks' public records from both
 
 
 class CandidateSource(Protocol):

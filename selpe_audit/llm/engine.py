@@ -64,10 +64,10 @@ AVOID_SHARED = 3
 def copy_bans(out: Sequence[int], avoid: Sequence[Sequence[int]]) -> list[int]:
     """Tokens that would continue a copy of a text in ``avoid`` past `AVOID_SHARED` tokens:
     ``a[m]`` for each ``a`` whose first ``m = len(out) >= AVOID_SHARED`` tokens are ``out``."""
-    m = len(out)
+    m, prefix = len(out), tuple(out)
     if m < AVOID_SHARED:
         return []
-    return [a[m] for a in avoid if len(a) > m and list(a[:m]) == list(out)]
+    return [a[m] for a in avoid if len(a) > m and tuple(a[:m]) == prefix]
 
 
 @dataclass

@@ -26,6 +26,7 @@ example texts (JSON Schema ``examples`` of the field, public), if it has any.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,27 +114,24 @@ class TextWriter:
         stats, cfg = TextStats(), self.config
         shown_texts = [" ".join(str(e[f.name]).split()) for e in examples if e.get(f.name)]
         shown = {_words(t) for t in shown_texts}
-        token_cache: dict[str, tuple[int, ...]] = {}
+        tokens = functools.cache(lambda text: tuple(self.llm.tokenize(text)))
         kept: list[str] = []  # texts written in this call: not copied by later drafts
-
-        def tokens(text: str) -> tuple[int, ...]:
-            if text not in token_cache:
-                token_cache[text] = tuple(self.llm.tokenize(text))
-            return token_cache[text]
         engine = BatchEngine(self.llm, cfg, None, cfg.n_parallel, stats)
         pending = list(range(len(drafts)))
         attempts = [0] * len(drafts)
         failed: list[int] = []
+
+        def topic_of(d: Draft) -> list[str]:
+            return [" ".join(t.split()) for t in list(d.topic_texts)[:TOPIC_TEXTS]]
 
         def next_request() -> Request | None:
             if not pending:
                 return None
             slot = pending.pop(0)
             d = drafts[slot]
-            suffix = self.llm.tokenize(prompts.text_suffix(self.schema, f, d.values,
-                                                           list(d.topic_texts)[:TOPIC_TEXTS]))
+            topic = topic_of(d)
+            suffix = self.llm.tokenize(prompts.text_suffix(self.schema, f, d.values, topic))
             attempts[slot] += 1
-            topic = [" ".join(t.split()) for t in list(d.topic_texts)[:TOPIC_TEXTS]]
             avoid = [tokens(t) for t in dict.fromkeys([*shown_texts, *topic, *kept])]
             return Request(prefix=0, suffix=suffix,
                            seed=derive_seed(base, d.index, f.name, attempts[slot]),
@@ -149,7 +147,7 @@ class TextWriter:
                 kept.append(written)
                 stats.records += 1
                 stats.copies += _words(written) in shown | {
-                    _words(t) for t in list(drafts[slot].topic_texts)[:TOPIC_TEXTS]}
+                    _words(t) for t in topic_of(drafts[slot])}
                 return
             stats.invalid += 1
             stats.placeholders += ok is False
