@@ -43,7 +43,7 @@ def _selection(quick: bool) -> dict[str, Any]:
 
 def _decode(quick: bool) -> dict[str, Any]:
     from benchmarks import decode
-    return decode.run(n=200, quick=quick, llm_n=None if quick else 40)  # LLM: 80 candidates
+    return decode.run(n=200, quick=quick)  # LLM too: 400 candidates (4 with --quick)
 
 
 def _shards(quick: bool) -> dict[str, Any]:

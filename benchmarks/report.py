@@ -85,8 +85,11 @@ def _decode_summary(r: Result) -> str:
         f = d["fidelity"]
         return f"{f['none']['tvd_histograms']:.3f} -> {f['fit']['tvd_histograms']:.3f}"
 
-    speed = (f" (hybrid: fields from the model, LLM text only: {r['hybrid_speedup']:.1f}x the "
-             f"whole-record decoder's {r['llm-whole-records']['records_per_s']:.2f})"
+    rep = r.get("speedup_repeats")
+    pairs = (f"; median of {len(rep['ratios'])} more pairs {rep['median']:.2f}x"
+             if rep else "")
+    speed = (f" (hybrid: fields from the model, LLM text only: {r['hybrid_speedup']:.2f}x the "
+             f"whole-record decoder's {r['llm-whole-records']['records_per_s']:.2f}{pairs})"
              if "hybrid_speedup" in r else "")
     return (f"{r['n']} rows: marginals decoder {m['records_per_s']:,.0f} records/s, LLM "
             f"{llm['records_per_s']:.2f} records/s{speed}; the fit takes histogram TVD "

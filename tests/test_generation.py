@@ -115,6 +115,36 @@ def test_rejected_draws_are_redrawn_under_the_grammar(llm: LLM) -> None:
 
 
 @pytest.mark.slow
+def test_a_prefix_that_extends_another_reuses_its_head(llm: LLM) -> None:
+    """A text prompt's topic prefix (few-shot part + topic line) evaluates only the topic
+    line, and writes what the same prompt fed whole writes."""
+    head = llm.tokenize("A list of fruit:\n- apple\n- pear\n", bos=True)
+    topic = llm.tokenize("- plum\n- cherry\n")
+    other = llm.tokenize("Figs too.\n")
+    stats = GenerationStats()
+    engine = BatchEngine(llm, GenerationConfig(seed=0, temperature=0), None, 2, stats)
+    out: dict[int, str] = {}
+    requests = [Request(prefix=0, suffix=topic + llm.tokenize("-"), seed=1, max_tokens=6,
+                        constrained=False, tag=0),
+                Request(prefix=1, suffix=llm.tokenize("-"), seed=1, max_tokens=6,
+                        constrained=False, tag=1)]
+    try:
+        llm.clear()
+        engine.load_prefixes([head, head + topic])
+        assert stats.prompt_tokens == len(head) + len(topic)
+        engine.load_prefixes([head, head + other])  # only the changed tail is evaluated
+        assert stats.prompt_tokens == len(head) + len(topic) + len(other)
+        engine.load_prefixes([head, head + topic])
+        engine.run(lambda: requests.pop() if requests else None,
+                   lambda req, text, ok: out.__setitem__(req.tag, text))
+        engine.load_prefixes([head])  # the topic prefix's own cells are freed
+        assert llm.prefix_seq(1) not in llm.cached
+    finally:
+        engine.close()
+    assert out[0] == out[1] and out[0].strip()
+
+
+@pytest.mark.slow
 def test_prompt_too_long_for_context_is_trimmed(demo_schema: Schema) -> None:
     small = load_llm(n_seq=2, n_ctx=1024)
     try:

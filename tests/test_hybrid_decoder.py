@@ -97,3 +97,27 @@ def test_written_texts_copy_neither_the_prompt_nor_each_other(released, llm):
     long = [t for t in texts if len(llm.tokenize(t)) > AVOID_SHARED]
     assert len(long) >= 4
     assert not set(long) & set(shown) and len(set(long)) == len(long)
+
+
+@pytest.mark.slow
+def test_a_topic_shown_to_several_drafts_is_read_once(released, llm):
+    """Drafts that show the same topic texts share one cached prefix (few-shot part + topic
+    line): the topic line is evaluated once, not once per draft and attempt."""
+    from selpe_audit.llm.config import GenerationConfig
+    from selpe_audit.llm.text import Draft, TextWriter
+
+    f = SCHEMA.field(TEXT)
+    model = ModelDecoder(released, seed=3)
+    common, alone = ("a sore throat", "throat hurts"), ("a cough at night",)
+    writer = TextWriter(SCHEMA, llm, GenerationConfig(seed=0))
+    head = writer._prefix(f, 2, [])
+    heads = writer._topic_prefixes(f, head, [common, (), alone, common, common])
+    assert list(heads) == [common]  # shown by two or more drafts
+    line = llm.tokenize(prompts.text_topic(SCHEMA, f, common))
+    assert heads[common] == head + line
+    drafts = [Draft(i, dict(model.draw(2, i)[0]), common) for i in range(6)]
+    failed = writer.write(f, 2, [], drafts, base=4)
+    own = [len(llm.tokenize(prompts.text_suffix(SCHEMA, f, d.values, ()))) for d in drafts]
+    s = writer.stats
+    assert len(failed) < 6
+    assert s.prompt_tokens <= len(head) + len(line) + s.attempts * max(own)

@@ -2,7 +2,8 @@
 
 Throughput, on a CPU and a 262k-token vocabulary:
 
-- The shared prompt prefixes (Stage I prompt, Stage II few-shot pairs) are evaluated once
+- The shared prompt prefixes (Stage I prompt, Stage II few-shot pairs, a text prompt's
+  few-shot part alone and followed by each shared topic's texts) are evaluated once
   into reserved sequences and shared with each working sequence by ``llama_memory_seq_cp``
   (a unified KV cache, so sharing copies nothing); they stay cached across calls.
 - ``n_parallel`` sequences decode together, one token each per ``llama_decode`` call.
@@ -28,7 +29,7 @@ import numpy as np
 
 from selpe_audit.llm.config import GenerationConfig, GenerationError, GenerationStats
 from selpe_audit.llm.grammar import RecordLayout
-from selpe_audit.llm.models import LLM
+from selpe_audit.llm.models import LLM, PREFIX_SEQS
 
 # Token data as llama.cpp lays it out (llama_token_data: int32 id, float logit, float p).
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -68,6 +69,14 @@ def copy_bans(out: Sequence[int], avoid: Sequence[Sequence[int]]) -> list[int]:
     if m < AVOID_SHARED:
         return []
     return [a[m] for a in avoid if len(a) > m and tuple(a[:m]) == prefix]
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common head of two token lists."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 @dataclass
@@ -120,14 +129,22 @@ class BatchEngine:
 
     # --- prefixes ---
     def load_prefixes(self, prefixes: Sequence[list[int]]) -> None:
-        """Make reserved sequence j hold ``prefixes[j]``, evaluating only what changed."""
+        """Make reserved sequence j hold ``prefixes[j]``, evaluating only what changed, and
+        empty the reserved sequences after them.
+
+        A prefix that starts like one loaded before it (a class's few-shot prompt followed
+        by one topic's texts) shares that one's cached head and evaluates only the rest."""
         for j, tokens in enumerate(prefixes):
             seq = self.llm.prefix_seq(j)
-            old = self.llm.cached.get(seq, [])
-            keep = 0
-            while keep < min(len(old), len(tokens)) and old[keep] == tokens[keep]:
-                keep += 1
-            self.llm.remove_seq(seq, keep)
+            keep = _common(self.llm.cached.get(seq, []), tokens)
+            donor, shared = max(((self.llm.prefix_seq(i), _common(prefixes[i], tokens))
+                                 for i in range(j)), key=lambda d: d[1], default=(seq, 0))
+            if shared > keep:
+                self.llm.remove_seq(seq)
+                self.llm.copy_seq(donor, seq, shared)
+                keep = shared
+            else:
+                self.llm.remove_seq(seq, keep)
             self.llm.cached[seq] = tokens[:keep]
             for start in range(keep, len(tokens), self.llm.n_batch):
                 chunk = tokens[start:start + self.llm.n_batch]
@@ -135,6 +152,10 @@ class BatchEngine:
                 self._decode()
                 self.stats.prompt_tokens += len(chunk)
             self.llm.cached[seq] = list(tokens)
+        for j in range(len(prefixes), PREFIX_SEQS):  # an earlier caller's: free the cells
+            seq = self.llm.prefix_seq(j)
+            if self.llm.cached.pop(seq, None):
+                self.llm.remove_seq(seq)
 
     # --- the batch ---
     def _fill(self, items: list[tuple[int, int, int, bool]]) -> None:

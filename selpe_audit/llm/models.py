@@ -26,8 +26,9 @@ from typing import Any
 from selpe_audit.errors import UserError
 
 _GGUF_MAGIC = b"GGUF"
-# Sequence ids reserved beyond the n_seq working sequences, each holding a shared prompt prefix.
-PREFIX_SEQS = 2
+# Sequence ids reserved beyond the n_seq working sequences, each holding a shared prompt prefix
+# (a text prompt's few-shot part, then that part with each of up to 8 shared topics' texts).
+PREFIX_SEQS = 9
 _HASH_SUFFIX = ".sha256"
 
 

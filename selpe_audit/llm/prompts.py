@@ -209,13 +209,18 @@ def text_prefix(schema: Schema, field: Field, *, class_value: Any,
         for r in examples)
 
 
+def text_topic(schema: Schema, field: Field, topic_texts: Sequence[str]) -> str:
+    """A record's topic line: its topic's public texts (empty without any)."""
+    if not topic_texts:
+        return ""
+    return TEMPLATES["text_topic"].format(
+        field=field.description,
+        items=_SEPARATORS["list"].join(json_text(" ".join(t.split())) for t in topic_texts))
+
+
 def text_suffix(schema: Schema, field: Field, record: Mapping[str, Any],
                 topic_texts: Sequence[str]) -> str:
-    """One record's part: its topic's public texts (if any), its fields, then the opening
-    quote of the text the model writes."""
-    topic = TEMPLATES["text_topic"].format(
-        field=field.description,
-        items=_SEPARATORS["list"].join(json_text(" ".join(t.split())) for t in topic_texts)
-    ) if topic_texts else ""
-    return topic + TEMPLATES["text_open"].format(fields=record_fields_line(record, schema),
-                                                 field=field.description)
+    """One record's part: its topic line (if any), its fields, then the opening quote of
+    the text the model writes."""
+    return text_topic(schema, field, topic_texts) + TEMPLATES["text_open"].format(
+        fields=record_fields_line(record, schema), field=field.description)

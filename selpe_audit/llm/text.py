@@ -22,12 +22,18 @@ written in the same call past its first `engine.AVOID_SHARED` tokens: texts may 
 alike, then they part. A kept text that still equals a shown one (a text of a few tokens) is
 counted as a copy. Drafts without topic texts of their own are shown a few of the schema's
 example texts (JSON Schema ``examples`` of the field, public), if it has any.
+
+Prompt tokens outnumber the sampled ones several times over, so what drafts share is read
+once: the class's few-shot part is a cached prefix, and so is that part followed by the topic
+line of each topic two or more drafts show (`TextWriter._topic_prefixes`); a draft's own
+part is then only its fields.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +43,7 @@ import numpy as np
 from selpe_audit.llm import prompts
 from selpe_audit.llm.config import GenerationConfig, GenerationStats, derive_seed
 from selpe_audit.llm.engine import BatchEngine, Request
-from selpe_audit.llm.models import LLM
+from selpe_audit.llm.models import LLM, PREFIX_SEQS
 from selpe_audit.schema import Field, Schema
 
 TOPIC_TEXTS = 3  # public topic texts shown in a draft's prompt
@@ -130,10 +136,12 @@ class TextWriter:
             slot = pending.pop(0)
             d = drafts[slot]
             topic = topic_of(d)
-            suffix = self.llm.tokenize(prompts.text_suffix(self.schema, f, d.values, topic))
+            j = prefix_of.get(tuple(topic), 0)  # its topic line is in prefix j (0: none)
+            suffix = self.llm.tokenize(
+                prompts.text_suffix(self.schema, f, d.values, () if j else topic))
             attempts[slot] += 1
             avoid = [tokens(t) for t in dict.fromkeys([*shown_texts, *topic, *kept])]
-            return Request(prefix=0, suffix=suffix,
+            return Request(prefix=j, suffix=suffix,
                            seed=derive_seed(base, d.index, f.name, attempts[slot]),
                            max_tokens=_max_tokens(f), constrained=False, stop=b'\n"',
                            tag=slot, avoid=avoid)
@@ -157,14 +165,32 @@ class TextWriter:
                 stats.fallbacks += 1
                 failed.append(slot)
 
+        head = self._prefix(f, class_value, list(examples))
+        topic_heads = self._topic_prefixes(f, head, [tuple(topic_of(d)) for d in drafts])
+        prefix_of = {t: j + 1 for j, t in enumerate(topic_heads)}
         try:
-            engine.load_prefixes([self._prefix(f, class_value, list(examples))])
+            engine.load_prefixes([head, *topic_heads.values()])
             engine.run(next_request, on_done)
         finally:
             engine.close()
             stats.attempts = stats.records + stats.invalid
             self.stats.add(stats)
         return [drafts[slot] for slot in sorted(failed)]
+
+    def _topic_prefixes(self, f: Field, head: list[int],
+                        topics: Sequence[tuple[str, ...]]) -> dict[tuple[str, ...], list[int]]:
+        """Shared prefixes for topics two or more drafts show (the most shown first, as
+        many as reserved sequences and the context allow): ``head`` and the topic line.
+        Their drafts read the topic line once instead of once per attempt."""
+        per_seq = _SUFFIX_TOKENS + _max_tokens(f)
+        room = self.llm.n_ctx - len(head) - self.config.n_parallel * per_seq
+        out: dict[tuple[str, ...], list[int]] = {}
+        for topic, n in Counter(t for t in topics if t).most_common(PREFIX_SEQS - 1):
+            line = self.llm.tokenize(prompts.text_topic(self.schema, f, topic))
+            if n < 2 or len(line) > room:
+                break
+            out[topic], room = head + line, room - len(line)
+        return out
 
     def _prefix(self, f: Field, class_value: Any,
                 examples: list[dict[str, Any]]) -> list[int]:
