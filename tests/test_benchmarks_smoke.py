@@ -42,6 +42,8 @@ def test_throughput_benchmarks_quick(tmp_path):
     assert set(entries) == {"decode", "generation"}
     assert all(e["command"].endswith("--quick") for e in entries.values())
     assert "## decode" in out.read_text() and "## generation" in out.read_text()
+    repeats = entries["decode"]["result"]["speedup_repeats"]  # hybrid vs whole records
+    assert len(repeats["ratios"]) == 1 and repeats["median"] > 0
 
 
 @pytest.mark.slow
