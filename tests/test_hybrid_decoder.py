@@ -113,7 +113,7 @@ def test_a_topic_shown_to_several_drafts_is_read_once(released, llm):
     head = writer._prefix(f, 2, [])
     heads = writer._topic_prefixes(f, head, [common, (), alone, common, common])
     assert list(heads) == [common]  # shown by two or more drafts
-    line = llm.tokenize(prompts.text_topic(SCHEMA, f, common))
+    line = llm.tokenize(prompts.text_topic(f, common))
     assert heads[common] == head + line
     drafts = [Draft(i, dict(model.draw(2, i)[0]), common) for i in range(6)]
     failed = writer.write(f, 2, [], drafts, base=4)

@@ -209,7 +209,7 @@ def text_prefix(schema: Schema, field: Field, *, class_value: Any,
         for r in examples)
 
 
-def text_topic(schema: Schema, field: Field, topic_texts: Sequence[str]) -> str:
+def text_topic(field: Field, topic_texts: Sequence[str]) -> str:
     """A record's topic line: its topic's public texts (empty without any)."""
     if not topic_texts:
         return ""
@@ -222,5 +222,5 @@ def text_suffix(schema: Schema, field: Field, record: Mapping[str, Any],
                 topic_texts: Sequence[str]) -> str:
     """One record's part: its topic line (if any), its fields, then the opening quote of
     the text the model writes."""
-    return text_topic(schema, field, topic_texts) + TEMPLATES["text_open"].format(
+    return text_topic(field, topic_texts) + TEMPLATES["text_open"].format(
         fields=record_fields_line(record, schema), field=field.description)

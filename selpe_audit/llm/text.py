@@ -186,7 +186,7 @@ class TextWriter:
         room = self.llm.n_ctx - len(head) - self.config.n_parallel * per_seq
         out: dict[tuple[str, ...], list[int]] = {}
         for topic, n in Counter(t for t in topics if t).most_common(PREFIX_SEQS - 1):
-            line = self.llm.tokenize(prompts.text_topic(self.schema, f, topic))
+            line = self.llm.tokenize(prompts.text_topic(f, topic))
             if n < 2 or len(line) > room:
                 break
             out[topic], room = head + line, room - len(line)
