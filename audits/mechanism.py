@@ -619,7 +619,14 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
         noisy = np.asarray(m.noisy_measurement, dtype=np.float64)
         return float(np.dot(noisy - on_d, shift)) / float(m.stddev) ** 2
 
-    refused = [0]  # runs OpenDP refused mid-way (counted in the details, then rerun)
+    details = {"mode": mode, **common, "aim_rounds": cfg.counts.aim_rounds
+               if mode == "aim" else None, "fit_iterations": MODEL_QUICK_FIT_ITERS,
+               "constructor": f"opendp.extras.mbi.{mode.upper()} as the release builds it "
+               "(release.counts_model.algorithm), inside the release's contingency_table query",
+               "slot_rho": slot, "rho": rho_opendp, "opendp_mu": math.sqrt(2 * rho_opendp),
+               "runs_refused_by_opendp": 0,  # OpenDP refused mid-way; rerun
+               "output": "every released noisy marginal projected on the canary's cells, "
+                         "weighted by inverse variance"}
 
     def sampler(x: pl.LazyFrame) -> Sampler:
         def statistic() -> float:
@@ -630,7 +637,7 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
                 except OpenDPException as e:  # opendp #2789 on a data-dependent path:
                     if "insufficient budget" not in str(e):  # the release refuses it too
                         raise
-                    refused[0] += 1
+                    details["runs_refused_by_opendp"] += 1
             else:
                 raise RuntimeError(f"OpenDP's {mode} overran its budget in "
                                    f"{ADAPTIVE_RETRIES} runs in a row")
@@ -639,14 +646,6 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
         return lambda n: np.fromiter((statistic() for _ in range(n)), dtype=np.float64,
                                      count=n)
 
-    details = {"mode": mode, **common, "aim_rounds": cfg.counts.aim_rounds
-               if mode == "aim" else None, "fit_iterations": MODEL_QUICK_FIT_ITERS,
-               "constructor": f"opendp.extras.mbi.{mode.upper()} as the release builds it "
-               "(release.counts_model.algorithm), inside the release's contingency_table query",
-               "slot_rho": slot, "rho": rho_opendp, "opendp_mu": math.sqrt(2 * rho_opendp),
-               "runs_refused_by_opendp": refused,
-               "output": "every released noisy marginal projected on the canary's cells, "
-                         "weighted by inverse variance"}
     return Neighbours(name=f"model {mode} ({common['unit']} unit)", claimed_epsilon=epsilon,
                       run_d=sampler(frames[0]), run_dprime=sampler(frames[1]),
                       output="scalar", details=details, claimed_delta=common["delta"],

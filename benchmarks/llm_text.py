@@ -26,6 +26,10 @@ non-members and test rows), two artifacts:
   by the model decoder (its texts are the topics' public anchor texts), the LLM decoder
   (anchors + the class's DP-selected exemplars in the prompt) and the LLM decoder without
   exemplars (anchors alone): do the exemplars help?
+- ``upper bound, not DP``: the default-path artifact decoded with 3 real member rows per
+  class as the LLM's exemplars in place of the DP-selected ones (a benchmark-only view, never
+  a release): how much label signal the bundled LLM carries into its texts when its prompt
+  holds real texts of the class.
 
 Each demo decode writes ``--demo-n`` rows (over-generation 2, SelectTop and the fit, as
 `decode` runs by default) and is scored by `benchmarks.triage.audit` (strict validity, TVD,
@@ -53,6 +57,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
 
 from benchmarks.adult import release_settings, split_paths
 from benchmarks.counts_modes import release_child
@@ -149,6 +155,25 @@ def _without_examples(b: Bench) -> Path:
     return path
 
 
+REAL_SHOWN = "upper bound, not DP: llm shown real rows"
+REAL_EXEMPLARS = 3  # real member rows per class in REAL_SHOWN's prompts
+
+
+def _real_exemplars(b: Bench, released: Released) -> Released:
+    """A view of ``released`` whose exemplars are `REAL_EXEMPLARS` private member rows per
+    class (seeded): NOT a release, a benchmark-only upper bound on what the decoder's prompt
+    can carry - how much of real text's label signal the LLM passes on when it is shown
+    real texts of the class instead of DP-selected ones."""
+    rng = np.random.default_rng(0)
+    label = b.schema.label
+    shown = {}
+    for c in released.classes:
+        rows = [r for r in b.members if r[label] == c]
+        pick = rng.choice(len(rows), size=min(REAL_EXEMPLARS, len(rows)), replace=False)
+        shown[c] = [rows[int(i)] for i in pick]
+    return replace(released, winners=shown, partners={c: [] for c in released.classes})
+
+
 def _at_bounds(b: Bench, records: Sequence[Row]) -> float:
     """Share of numeric values equal to their field's schema minimum or maximum."""
     vals = [(r[f.name], f) for r in records for f in b.schema.record_fields
@@ -223,7 +248,9 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
              score(b, "pool: llm (exemplars + anchors)", pool_rel,
                    DecodeSettings(n=n, decoder="llm")),
              score(b, "pool: llm (anchors only)", pool_rel, DecodeSettings(n=n, decoder="llm"),
-                   prompt_view=no_exemplars)]
+                   prompt_view=no_exemplars),
+             score(b, REAL_SHOWN, default, DecodeSettings(n=n, decoder="llm"),
+                   prompt_view=_real_exemplars(b, default))]
     llm = rows[2]
     tstr_gap = llm["text_tstr"]["gap"]
     bound = llm["mia_tpr_bound_at_1pct"]

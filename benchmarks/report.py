@@ -279,6 +279,9 @@ def _llm_text_summary(r: Result) -> str:
     ex, anchors = by.get("pool: llm (exemplars + anchors)"), by.get("pool: llm (anchors only)")
     helps = (f"; exemplars + anchors {_f(ex['text_tstr']['synthetic'])} vs anchors alone "
              f"{_f(anchors['text_tstr']['synthetic'])}" if ex and anchors else "")
+    real = by.get("upper bound, not DP: llm shown real rows")
+    if real:
+        helps += f"; shown real rows instead (not DP) {_f(real['text_tstr']['synthetic'])}"
     met = [k for k, v in d["default_path_targets"].items() if not v]
     return (f"Adult eps 2: LLM decoder within {a['llm_vs_model_max_gap_diff']:.3f} of the model "
             f"decoder's gaps; demo default path: LLM text TSTR {_f(t['synthetic'])} vs real "

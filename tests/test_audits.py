@@ -416,6 +416,7 @@ def test_adaptive_model_modes_audited_end_to_end(demo_schema, mode):
                            runs=10, calibration_runs=10)
     d = good["details"]
     assert d["mode"] == mode and d["rho"] <= d["claimed_rho"] * (1 + 1e-9)
+    assert type(d["runs_refused_by_opendp"]) is int  # a count of reruns, 0 or more
     assert good["mu"]["passed"]
     bad = mechanism.audit(mechanism.model_neighbours(demo_schema, 2.0, mode=mode,
                                                      scale_factor=0.1),

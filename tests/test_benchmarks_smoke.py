@@ -158,4 +158,7 @@ def test_llm_text_benchmark_quick(tmp_path):
     assert llm["placeholders"] == 0 and llm["validity_strict"] == 1.0
     assert llm["llm"]["records"] > 0  # the LLM wrote the texts
     assert r["demo"]["default_path_release"]["placeholders"] == 0
+    real = rows["upper bound, not DP: llm shown real rows"]  # benchmark-only, never released
+    assert real["llm"]["records"] > 0
     assert "## llm_text" in out.read_text()
+    assert "shown real rows instead (not DP)" in r["summary"]
