@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint install bench wheelhouse doctor
+.PHONY: demo test test-fast lint install bench wheelhouse doctor
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh scripts/install-llama.sh
 	VENV=$(VENV) scripts/install.sh
@@ -24,8 +24,14 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
+# Every test, every marker (CI runs this): slow (needs the bundled LLM or embedder),
+# install (the offline wheelhouse install, for real) and audit (Monte-Carlo privacy audits).
 test: lint
 	$(BIN)/python -m pytest
+
+# The quick loop while developing: no model, no install, no Monte-Carlo audit.
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow and not install and not audit"
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks

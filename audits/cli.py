@@ -106,6 +106,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--calibrate-to", type=float,
                    help="calibrate the mechanism to this epsilon instead of the claim (a "
                         "self-check: a value above --epsilon must FAIL)")
+    k.add_argument("--confidence", type=float,
+                   help="confidence of every interval the verdicts use (default: eps_LB "
+                        "0.95, mu 0.99, the release's noise check 0.999); a correct "
+                        "mechanism FAILs by chance with probability about 1 - this")
     k.add_argument("--candidates", type=int, default=mechanism.DEFAULT_CANDIDATES,
                    help=f"selection candidates (default {mechanism.DEFAULT_CANDIDATES})")
     k.add_argument("--field", default=mechanism.COUNTS_FIELD,
@@ -235,6 +239,10 @@ def _run_mechanism(args: argparse.Namespace) -> int:
         raise UserError("--runs must be at least 10")
     if args.candidates < 2:
         raise UserError("--candidates must be at least 2")
+    if args.confidence is not None and not 0.5 < args.confidence < 1:
+        raise UserError("--confidence must be in (0.5, 1)")
+    strict = {} if args.confidence is None else {"confidence": args.confidence,
+                                                 "mu_confidence": args.confidence}
     if not 0 < args.delta < 1:
         raise UserError("--delta must be in (0, 1)")
     schema = load_schema(demo_schema_path())  # public, fictional: mechanisms are data-blind
@@ -249,7 +257,11 @@ def _run_mechanism(args: argparse.Namespace) -> int:
                                                calibrate_to=args.calibrate_to)
                 with console.status(f"release ({unit} unit): {runs} full releases per "
                                     "dataset"):
-                    audits.append(release_audit.audit_release(a, runs, args.calibration_runs))
+                    audits.append(release_audit.audit_release(
+                        a, runs, args.calibration_runs,
+                        **({} if args.confidence is None else {
+                            "confidence": args.confidence,
+                            "noise_confidence": args.confidence})))
             continue
         runs = args.runs or mechanism.DEFAULT_RUNS[kind]
         if kind == "model":
@@ -259,7 +271,7 @@ def _run_mechanism(args: argparse.Namespace) -> int:
                 nb = mechanism.model_neighbours(schema, args.epsilon, args.delta, unit,
                                                 args.calibrate_to, mode=args.counts_mode)
                 with console.status(f"{nb.name}: {runs} runs per dataset"):
-                    audits.append(mechanism.audit(nb, runs, args.calibration_runs))
+                    audits.append(mechanism.audit(nb, runs, args.calibration_runs, **strict))
             continue
         if kind == "selection":
             nb = mechanism.selection_neighbours(schema, args.epsilon, args.candidates,
@@ -276,12 +288,12 @@ def _run_mechanism(args: argparse.Namespace) -> int:
             except ValueError as e:
                 raise UserError(f"--field: {e}") from None
         with console.status(f"{kind}: {runs} runs per dataset"):
-            audits.append(mechanism.audit(nb, runs, args.calibration_runs))
+            audits.append(mechanism.audit(nb, runs, args.calibration_runs, **strict))
     config = {"kinds": list(kinds), "epsilon": args.epsilon, "delta": args.delta,
               "unit": args.unit,
               "calibrate_to": args.calibrate_to,
               "candidates": args.candidates, "field": args.field, "runs": args.runs,
-              "calibration_runs": args.calibration_runs,
+              "calibration_runs": args.calibration_runs, "confidence": args.confidence,
               "data": "fictional demo rows (selpe_audit.demo.generator), demo schema"}
     failed = [a["mechanism"] for a in audits if not a["passed"]]
     result = {"audits": audits, "passed": not failed, "failed": failed}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -134,10 +133,9 @@ def jsonable(x: Any) -> Any:
 
 # ----- the embedder ----------------------------------------------------------------------
 
-@cache
 def load_embedder(model: str | None = None) -> Any:
-    """One `Embedder` per model and process (loading takes seconds; its text cache lives in
-    memory only and is never written)."""
-    from selpe_audit.kernel.embeddings import Embedder
+    """The process's embedder for ``model`` (`selpe_audit.models.shared`: loading takes
+    seconds; its text cache lives in memory only and is never written)."""
+    from selpe_audit.models import shared
 
-    return Embedder(model)
+    return shared().embedder(model)

@@ -89,7 +89,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from audits.stats import clopper_pearson, eps_lower_bound, mu_audit
+from audits.stats import CONFIDENCE, MU_CONFIDENCE, clopper_pearson, eps_lower_bound, mu_audit
 from release.config import (
     DEFAULT_LIFETIME_EPSILON,
     BudgetConfig,
@@ -192,10 +192,12 @@ def error_counts(test: Test, y_d: np.ndarray, y_dp: np.ndarray) -> tuple[int, in
     return int(np.sum(test(y_d))), int(np.sum(~test(y_dp)))
 
 
-def eps_lb_of(fp: int, n_d: int, fn: int, n_dp: int, delta: float = 0.0) -> dict[str, Any]:
-    fpr_ci, fnr_ci = clopper_pearson(fp, n_d), clopper_pearson(fn, n_dp)
-    return {"fp": fp, "fn": fn, "fpr": fp / n_d, "fnr": fn / n_dp, "fpr_ci95": list(fpr_ci),
-            "fnr_ci95": list(fnr_ci), "eps_lb": eps_lower_bound(fpr_ci[1], fnr_ci[1], delta)}
+def eps_lb_of(fp: int, n_d: int, fn: int, n_dp: int, delta: float = 0.0,
+              confidence: float = CONFIDENCE) -> dict[str, Any]:
+    fpr_ci, fnr_ci = clopper_pearson(fp, n_d, confidence), clopper_pearson(fn, n_dp, confidence)
+    return {"fp": fp, "fn": fn, "fpr": fp / n_d, "fnr": fn / n_dp, "fpr_ci": list(fpr_ci),
+            "fnr_ci": list(fnr_ci), "confidence": confidence,
+            "eps_lb": eps_lower_bound(fpr_ci[1], fnr_ci[1], delta)}
 
 
 def choose_test(y_d: np.ndarray, y_dp: np.ndarray, output: str, delta: float = 0.0) -> Test:
@@ -222,10 +224,14 @@ def choose_test(y_d: np.ndarray, y_dp: np.ndarray, output: str, delta: float = 0
 
 
 def audit(nb: Neighbours, runs: int, calibration_runs: int | None = None,
-          delta: float | None = None) -> dict[str, Any]:
+          delta: float | None = None, confidence: float = CONFIDENCE,
+          mu_confidence: float = MU_CONFIDENCE) -> dict[str, Any]:
     """Calibrate a test, then measure eps_LB on fresh runs; FAIL if it exceeds the claim.
 
-    ``delta`` defaults to the mechanism's claimed delta (0 for the pure-DP ones)."""
+    ``delta`` defaults to the mechanism's claimed delta (0 for the pure-DP ones). A correct
+    mechanism FAILs by chance with probability at most about 1 - ``confidence`` (the
+    Clopper-Pearson intervals of eps_LB) plus (1 - ``mu_confidence``) / 2 (mu's interval,
+    Gaussian mechanisms only); tests that must not fail by chance raise both."""
     delta = nb.claimed_delta if delta is None else delta
     cal = calibration_runs if calibration_runs is not None else max(100, runs // 2)
     t0 = time.perf_counter()
@@ -233,10 +239,11 @@ def audit(nb: Neighbours, runs: int, calibration_runs: int | None = None,
     test = choose_test(y_cal_d, y_cal_dp, nb.output, delta)
     y_d, y_dp = nb.run_d(runs), nb.run_dprime(runs)
     fp, fn = error_counts(test, y_d, y_dp)
-    res = eps_lb_of(fp, runs, fn, runs, delta)
+    res = eps_lb_of(fp, runs, fn, runs, delta, confidence)
     mu = None
     if nb.claimed_mu is not None:  # every run estimates the shift: calibration runs too
-        mu = mu_audit(np.r_[y_cal_d, y_d], np.r_[y_cal_dp, y_dp], nb.claimed_mu)
+        mu = mu_audit(np.r_[y_cal_d, y_d], np.r_[y_cal_dp, y_dp], nb.claimed_mu,
+                      mu_confidence)
     return {
         "mechanism": nb.name,
         "claimed_epsilon": nb.claimed_epsilon,
@@ -655,7 +662,9 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
 # ----- console -----------------------------------------------------------------------------
 
 def render(report: dict[str, Any], console: Console) -> None:
-    t = Table(title="mechanism audit (95 % Clopper-Pearson)")
+    confidence = {r.get("confidence", CONFIDENCE) for r in report["result"]["audits"]}
+    t = Table(title=f"mechanism audit ({', '.join(f'{100 * c:g}' for c in sorted(confidence))}"
+                    " % Clopper-Pearson)")
     for col in ("mechanism", "claimed eps", "delta", "runs", "FPR [CI]", "FNR [CI]", "eps_LB",
                 "verdict"):
         t.add_column(col)
@@ -663,8 +672,8 @@ def render(report: dict[str, Any], console: Console) -> None:
         verdict = "[green]pass[/]" if r["passed"] else "[bold red]FAIL[/]"
         t.add_row(r["mechanism"], f"{r['claimed_epsilon']:g}", f"{r['delta']:g}",
                   str(r["runs_per_dataset"]),
-                  f"{r['fpr']:.3f} [{r['fpr_ci95'][0]:.3f}, {r['fpr_ci95'][1]:.3f}]",
-                  f"{r['fnr']:.3f} [{r['fnr_ci95'][0]:.3f}, {r['fnr_ci95'][1]:.3f}]",
+                  f"{r['fpr']:.3f} [{r['fpr_ci'][0]:.3f}, {r['fpr_ci'][1]:.3f}]",
+                  f"{r['fnr']:.3f} [{r['fnr_ci'][0]:.3f}, {r['fnr_ci'][1]:.3f}]",
                   f"{r['eps_lb']:.3f}", verdict)
     console.print(t)
     for r in report["result"]["audits"]:
@@ -673,8 +682,9 @@ def render(report: dict[str, Any], console: Console) -> None:
                       f"dataset; {r['seconds']:.1f} s)")
         if "mu" in r:
             m = r["mu"]
-            console.print(f"  mu {m['mu_estimate']:.3f} [{m['mu_ci99'][0]:.3f}, "
-                          f"{m['mu_ci99'][1]:.3f}] (99 %) vs claimed {m['claimed_mu']:.3f}: "
+            console.print(f"  mu {m['mu_estimate']:.3f} [{m['mu_ci'][0]:.3f}, "
+                          f"{m['mu_ci'][1]:.3f}] ({100 * m['confidence']:g} %) vs claimed "
+                          f"{m['claimed_mu']:.3f}: "
                           + ("pass" if m["passed"] else "FAIL"))
         if "noise_check" in r:
             n = r["noise_check"]

@@ -41,15 +41,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 from rich.console import Console
+from scipy.stats import norm
 
 from audits.mechanism import choose_test, eps_lb_of, error_counts
+from audits.stats import CONFIDENCE
 from release.config import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.signing import generate_keypair
 
 CLASSES = (0, 1, 2)
 X_MAX = 100
-NOISE_Z = 3.29  # two-sided 99.9 %: a correct release is flagged by chance ~1 in 2000 audits
+#: the noise check's two-sided interval: a correct release is flagged by chance ~1 in 2000
+NOISE_CONFIDENCE = 0.999
 DEFAULT_RUNS = 150
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -204,10 +207,12 @@ def _discrete_laplace_scale(var: float) -> float:
     return -1.0 / math.log(p)
 
 
-def noise_check(docs_d: list[dict], sensitivity: int) -> dict[str, Any]:
+def noise_check(docs_d: list[dict], sensitivity: int,
+                confidence: float = NOISE_CONFIDENCE) -> dict[str, Any]:
     """Per count query: epsilon_q = sensitivity / scale from the released counts' spread
-    over runs on D, with a NOISE_Z confidence interval (Laplace kurtosis: SE of the
+    over runs on D, with a two-sided ``confidence`` interval (Laplace kurtosis: SE of the
     variance = var sqrt(5 / n))."""
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
     per_query = {}
     low = mid = 0.0
     counts = [released_counts(d) for d in docs_d]
@@ -216,19 +221,24 @@ def noise_check(docs_d: list[dict], sensitivity: int) -> dict[str, Any]:
         resid = y - y.mean(axis=0)
         n = resid.size - resid.shape[1]  # degrees of freedom after the per-cell means
         var = float(np.sum(resid ** 2) / n)
-        var_hi = var * (1 + NOISE_Z * math.sqrt(5 / n))
+        var_hi = var * (1 + z * math.sqrt(5 / n))
         eps_q = sensitivity / _discrete_laplace_scale(var)
         eps_lo = sensitivity / _discrete_laplace_scale(var_hi)
         per_query[q] = {"epsilon_estimate": eps_q, "epsilon_lower": eps_lo, "samples": n}
         low, mid = low + eps_lo, mid + eps_q
-    return {"queries": per_query, "epsilon_estimate": mid, "epsilon_lower": low}
+    return {"queries": per_query, "epsilon_estimate": mid, "epsilon_lower": low,
+            "confidence": confidence}
 
 
 # ----- the audit ----------------------------------------------------------------------------
 
 def audit_release(a: ReleaseAudit, runs: int = DEFAULT_RUNS,
-                  calibration_runs: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """Calibrate the score and the test, then measure on fresh runs; see the module."""
+                  calibration_runs: int | None = None, seed: int = 0,
+                  confidence: float = CONFIDENCE,
+                  noise_confidence: float = NOISE_CONFIDENCE) -> dict[str, Any]:
+    """Calibrate the score and the test, then measure on fresh runs; see the module. A
+    correct release FAILs by chance with probability at most about 1 - ``confidence``
+    (eps_LB) plus (1 - ``noise_confidence``) / 2 (the noise check)."""
     t0 = time.perf_counter()
     cal = calibration_runs or runs
     d, dp_ = datasets(a, seed)
@@ -244,9 +254,9 @@ def audit_release(a: ReleaseAudit, runs: int = DEFAULT_RUNS,
     y_d = np.array([score(x) for x in fresh_d])
     y_dp = np.array([score(x) for x in fresh_dp])
     fp, fn = error_counts(test, y_d, y_dp)
-    res = eps_lb_of(fp, runs, fn, runs)
+    res = eps_lb_of(fp, runs, fn, runs, confidence=confidence)
     claimed_counts = a.epsilon * a.counts_share
-    noise = noise_check(cal_d + fresh_d, a.sensitivity)
+    noise = noise_check(cal_d + fresh_d, a.sensitivity, noise_confidence)
     noise["claimed_counts_epsilon"] = claimed_counts
     noise["passed"] = noise["epsilon_lower"] <= claimed_counts * (1 + 1e-9)
     ledger = fresh_d[0]["ledger"]

@@ -174,22 +174,30 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {', '.join(unknown)}; "
                          f"choose from {', '.join(BENCHMARKS)}")
-    failed = False
-    for name in names:
-        print(f"== {name}", flush=True)
-        t0 = time.perf_counter()
-        try:
-            result = BENCHMARKS[name][1](args.quick)
-        except Exception as e:  # one failing benchmark must not hide the others
-            result, failed = {"error": f"{type(e).__name__}: {e}"}, True
-        # Re-read before each write: another run (--only) may have finished a section since.
-        entries = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        entries[name] = _entry(name, result, args.quick, time.perf_counter() - t0)
-        write_results(out, entries)  # after each: a crash keeps what was measured
+    failed = run_benchmarks(names, args.quick, out)
     print(f"wrote {out}")
     if failed:
         raise SystemExit(1)
 
+
+def run_benchmarks(names: list[str], quick: bool, out: Path) -> list[str]:
+    """Run ``names`` in order in this process (sharing its models), writing RESULTS.json and
+    the page at ``out`` after each; the names of those that raised (their entry says why)."""
+    failed = []
+    for name in names:
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            result = BENCHMARKS[name][1](quick)
+        except Exception as e:  # one failing benchmark must not hide the others
+            result = {"error": f"{type(e).__name__}: {e}"}
+            failed.append(name)
+        # Re-read before each write: another run (--only) may have finished a section since.
+        sidecar = out.with_suffix(".json")
+        entries = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+        entries[name] = _entry(name, result, quick, time.perf_counter() - t0)
+        write_results(out, entries)  # after each: a crash keeps what was measured
+    return failed
 
 if __name__ == "__main__":
     main()

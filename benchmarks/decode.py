@@ -21,8 +21,8 @@
    to the released cohort x class counts (`decode.fidelity`).
 
 ``--quick`` (smoke test): N = 60 for the marginals decoder, 4 rows for the LLM, a smaller
-release. The LLM part is slow on a CPU (about 0.1-0.3 records/s on 2 cores); ``--llm-n``
-sets its N on its own.
+release (of the sample's first 120 rows). The LLM part is slow on a CPU (about 0.1-0.3
+records/s on 2 cores); ``--llm-n`` sets its N on its own.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -48,6 +49,7 @@ from decode.select_top import artifact_kernel
 from selpe_audit.artifact.document import read_release
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Kernel
+from selpe_audit.models import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"none": (False, False), "select_top": (True, False), "fit": (False, True),
@@ -66,7 +68,11 @@ def build_artifact(folder: Path, quick: bool) -> tuple[Path, Path]:
     rows = generate_rows(200 if quick else 600, seed=12345)
     pool.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
                             for r in rows))
-    extra = {"rounds": 2, "k": 2} if quick else {}
+    extra: dict[str, Any] = {"rounds": 2, "k": 2} if quick else {}
+    if quick:  # the sample's first 120 rows: less to embed (one row at a time) in a smoke run
+        extra["data"] = folder / "members.csv"
+        sample = ROOT / "selpe_audit" / "data" / "ed_triage_sample.csv"
+        pl.read_csv(sample, infer_schema=False).head(120).write_csv(extra["data"])
     cfg = load_config(ROOT / "examples" / "release.toml", {
         "schema": demo_schema_path(), "release_key": priv, "out": folder / "art",
         "lifetime_ledger": folder / "ledger", "candidates": pool, "counts_share": 0.5,
@@ -116,7 +122,7 @@ def run(n: int = 200, quick: bool = False, llm_n: int | None = None,
             artifact, trust = build_artifact(Path(tmp), quick)
         assert trust is not None, "--artifact needs --trust"
         released = released_view(read_release(artifact, [trust]))
-        kernel = artifact_kernel(released)[0] if released.kernel is not None else None
+        kernel = artifact_kernel(released, shared())[0] if released.kernel is not None else None
         result: dict[str, Any] = {"n": n, "llm_n": llm_n, "overgenerate": 2.0}
         for name, settings in _decoders(released, n, llm_n):
             cand, seconds, validity, stats = _candidates(released, settings)

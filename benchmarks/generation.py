@@ -47,8 +47,9 @@ from selpe_audit.llm.grammar import (
     parse_record,
     record_gbnf,
 )
-from selpe_audit.llm.models import LLM, load_llm
+from selpe_audit.llm.models import LLM
 from selpe_audit.llm.prompts import single_stage_prompt
+from selpe_audit.models import shared
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 CLASS = 3
@@ -148,13 +149,13 @@ def run(records: int = 1000, quick: bool = False, repeats: int = 5,
         n_parallel: int = 4, per_repeat: int = 8) -> dict[str, Any]:
     """Measure everything; print a table; return the numbers (for benchmarks/__main__.py)."""
     if quick:
-        records, repeats, per_repeat = min(records, 20), 1, 4
+        records, repeats, per_repeat = min(records, 8), 1, 4
     from llama_cpp import Llama
 
     load_before = os.getloadavg()[0]
     schema = load_schema(demo_schema_path())
     cfg = GenerationConfig(n_parallel=n_parallel, seed=0)
-    llm = load_llm(n_seq=n_parallel, n_ctx=8192)
+    llm = shared().llm(n_ctx=8192, n_seq=n_parallel)  # the process's: tests share it
     pos, neg = _examples(schema, CLASS)
     prompt_text = single_stage_prompt(schema, class_value=CLASS, positives=pos, negatives=neg)
     prompt = llm.tokenize(prompt_text, bos=True)
@@ -222,7 +223,6 @@ def run(records: int = 1000, quick: bool = False, repeats: int = 5,
         # Other processes on the machine slow llama.cpp's threads down a lot: report the load.
         "load_average": [load_before, os.getloadavg()[0]], "cpus": len(os.sched_getaffinity(0)),
     }
-    llm.close()
     _print(result)
     return result
 

@@ -40,7 +40,7 @@ Targets (the LLM-text issue): Adult gap within 0.01 of the model decoder's; on t
 path at least 90 % distinct texts, 0 placeholders, text-only TSTR within 0.05 of real text's,
 100 % strict validity and MIA under the bound.
 
-``--quick``: Adult's 2,000/1,000-row split, 120 members, 4 LLM rows per decode.
+``--quick``: Adult's 2,000/1,000-row split, 100 members, a pool of 120, 4 rows per decode.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ import numpy as np
 
 from benchmarks.adult import release_settings, split_paths
 from benchmarks.counts_modes import release_child
-from benchmarks.triage import Bench, Sizes, _bench, _shared_embedder, audit
+from benchmarks.triage import Bench, Sizes, _bench, audit
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from selpe_audit.artifact.document import read_release
@@ -83,7 +83,7 @@ class Plan:
 
 
 FULL = Plan(False, members=400, demo_n=100, pool=600)
-QUICK = Plan(True, members=120, demo_n=4, pool=200)
+QUICK = Plan(True, members=100, demo_n=4, pool=120)  # 100 non-members: TPR at 1 % FPR
 
 
 # ----- Adult ---------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def adult(plan: Plan, folder: Path) -> dict[str, Any]:
 
 def _release(b: Bench, name: str, config: Path | None, **overrides: Any) -> tuple[Released,
                                                                                    dict]:
-    """One demo release in this process (the benchmark's embedder shared); its view, its
+    """One demo release in this process (its models shared); its view, its
     document and its wall time."""
     from release.config import load_config
     from release.pipeline import run_release
@@ -138,8 +138,7 @@ def _release(b: Bench, name: str, config: Path | None, **overrides: Any) -> tupl
                 "enclave_log": b.folder / f"{name}.log", **overrides}
     cfg = load_config(config, settings)
     t0 = time.perf_counter()
-    with _shared_embedder(b.embedder):
-        doc = run_release(cfg).doc
+    doc = run_release(cfg).doc  # the process's models: the ones the audits use
     doc["_seconds"] = round(time.perf_counter() - t0, 1)
     return released_view(read_release(cfg.out, [b.trust])), doc
 

@@ -1,9 +1,9 @@
 """Decode's steps (`decode.pipeline`) for benchmarks that decode many times in one process.
 
-`decode.pipeline.run_decode` loads the model and the embedder on every call and writes a
-checkpoint and provenance; a benchmark that decodes a dozen configurations instead keeps one
-LLM (its KV cache keeps shared prompt prefixes, which dominate the cost on a CPU) and one
-embedder (its text cache), and may reuse one set of candidates under several select steps.
+`decode.pipeline.run_decode` writes a checkpoint and provenance on every call; a benchmark
+that decodes a dozen configurations instead keeps one LLM (its KV cache keeps shared prompt
+prefixes, which dominate the cost on a CPU) and one embedder (its text cache), and may reuse
+one set of candidates under several select steps.
 The steps themselves are decode's own: `plan`, the decoders, `select`, `artifact_kernel`.
 """
 
@@ -16,8 +16,7 @@ from typing import Any
 from decode.pipeline import DecodeSettings, RecordSource, make_decoder, plan, select
 from decode.released import Released
 from decode.select_top import artifact_kernel
-from selpe_audit.kernel.embeddings import Embedder
-from selpe_audit.llm.models import LLM, load_llm
+from selpe_audit.models import Models, shared
 
 Row = dict[str, Any]
 
@@ -38,18 +37,18 @@ class Candidates:
 
 
 class LocalDecode:
-    """One LLM (loaded on first use) and one embedder for every decode of a benchmark."""
+    """One LLM and one embedder (the process's, `selpe_audit.models.shared`, unless given)
+    for every decode of a benchmark."""
 
-    def __init__(self, embedder: Embedder | None = None) -> None:
-        self.embedder = embedder
-        self.llm: LLM | None = None
+    def __init__(self, models: Models | None = None) -> None:
+        self.models = models or shared()
 
     def decoder(self, released: Released, settings: DecodeSettings) -> RecordSource:
         """`decode.pipeline.make_decoder`, with the shared model (loaded on first LLM use)."""
-        if settings.decoder not in ("marginals", "model") and self.llm is None:
-            self.llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers,
-                                seed=settings.seed)
-        return make_decoder(released, settings, llm=self.llm)
+        llm = None
+        if settings.decoder not in ("marginals", "model"):
+            llm = self.models.llm(settings.model, gpu_layers=settings.gpu_layers)
+        return make_decoder(released, settings, llm=llm)
 
     def generate(self, released: Released, settings: DecodeSettings) -> Candidates:
         """Every candidate the plan asks for (only generation is timed)."""
@@ -70,7 +69,7 @@ class LocalDecode:
         winners), then the fit (if on). Returns the rows and the select step's notes."""
         kernel = None
         if settings.select_top and released.kernel is not None:
-            kernel = artifact_kernel(released, self.embedder)[0]
+            kernel = artifact_kernel(released, self.models)[0]
         rows = plan(released, settings.n, settings.overgenerate).rows
         chosen = select(released, cand.by_class, rows, settings, kernel)
         return [r for c in released.classes for r in chosen.syn_rows[c]], chosen.notes

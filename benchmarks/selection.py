@@ -30,7 +30,7 @@ from release.private_data import read_private_rows
 from release.selection.selpe import batch_ids
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Features, Kernel, KernelConfig
-from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.models import shared
 from selpe_audit.schema import demo_schema_path, load_schema
 
 SAMPLE = demo_schema_path().parent / "ed_triage_sample.csv"
@@ -100,7 +100,7 @@ def signal(kernel: Kernel, schema: Any, pool_size: int, b: int, reps: int) -> di
 
 def run(b: int = 10, m: int = 10_000, quick: bool = False) -> dict[str, Any]:
     schema = load_schema(demo_schema_path())
-    kernel = Kernel(schema, Embedder(), KernelConfig())
+    kernel = Kernel(schema, shared().embedder(), KernelConfig())
     result = {"cost": cost(kernel, b, m, 1 if quick else 5),
               "signal_mean_distance": signal(kernel, schema, 12 if quick else 30, 5,
                                              1 if quick else 5)}

@@ -41,6 +41,7 @@ from selpe_audit.artifact.modes import mode_names
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Features, Kernel, KernelConfig
 from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.models import shared
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 MODES = mode_names()  # the registered selection modes
@@ -233,7 +234,7 @@ def table(summary: list[dict[str, Any]], cost_: dict[str, Any]) -> str:
 
 def run(quick: bool = False) -> dict[str, Any]:
     schema = load_schema(demo_schema_path())
-    kernel = Kernel(schema, Embedder(), KernelConfig())
+    kernel = Kernel(schema, shared().embedder(), KernelConfig())
     t0 = time.perf_counter()
     size = QUICK if quick else FULL
     runs = utility(kernel, schema, size["ns"], size["epsilons"], size["reps"], size["rounds"],

@@ -92,13 +92,13 @@ def _dataset(name: str, schema: Schema, kernel: Kernel, priv_rows: list[dict], i
 
 def demo(pool_size: int) -> Dataset:
     """The bundled sample (private) and fictional rows of another seed (public pool)."""
-    from selpe_audit.kernel.embeddings import Embedder
+    from selpe_audit.models import shared
 
     schema = load_schema(demo_schema_path())
     priv_rows = read_private_rows(SAMPLE, schema).priv_rows
     pool = [{k: v for k, v in r.items() if k != "patient_id"}
             for r in generate_rows(pool_size, seed=77)]
-    return _dataset("demo", schema, Kernel(schema, Embedder(), KernelConfig()), priv_rows,
+    return _dataset("demo", schema, Kernel(schema, shared().embedder(), KernelConfig()), priv_rows,
                     [str(r["patient_id"]) for r in priv_rows], pool)
 
 

@@ -61,8 +61,9 @@ from decode.writers import (
 from selpe_audit.artifact.document import VerifiedRelease, read_release, tool_versions
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import Kernel
-from selpe_audit.llm.models import LLM, load_llm
+from selpe_audit.llm.models import LLM
 from selpe_audit.llm.prompts import templates_digest
+from selpe_audit.models import Models, shared
 
 __all__ = ["PROVENANCE_FORMAT", "DecodeResult", "DecodeSettings", "plan", "run_decode"]
 
@@ -186,14 +187,14 @@ def select(released: Released, cand: dict[Any, list[dict[str, Any]]], rows: dict
 def make_decoder(released: Released, settings: DecodeSettings, part: Part = WHOLE,
                  llm: LLM | None = None) -> RecordSource:
     """The decoder ``settings`` name, every draw seeded by the part's seed; the LLM decoders
-    use ``llm`` when given (one model shared by every part) or load it."""
+    use ``llm`` when given (one model shared by every part) or the process's own."""
     seed = part.seed(settings.seed)
     if settings.decoder == "marginals":
         return MarginalsDecoder(released, seed)
     if settings.decoder == "model":
         return ModelDecoder(released, seed)
     if llm is None:
-        llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers, seed=settings.seed)
+        llm = shared().llm(settings.model, gpu_layers=settings.gpu_layers)
     if settings.hybrid and released.model is not None:
         return HybridDecoder(released, llm, seed=seed)
     return LLMDecoder(released, llm, seed=seed, two_stage=settings.two_stage)
@@ -208,12 +209,14 @@ class Tools:
     embedder: dict[str, Any] | None = None  # what provenance says about the local embedder
 
 
-def load_tools(released: Released, settings: DecodeSettings) -> Tools:
+def load_tools(released: Released, settings: DecodeSettings, models: Models) -> Tools:
+    """The LLM (LLM decoders) and SelectTop's kernel (if on and the artifact has winners),
+    from ``models``."""
     llm = None
     if settings.decoder == "llm":
-        llm = load_llm(settings.model, n_gpu_layers=settings.gpu_layers, seed=settings.seed)
+        llm = models.llm(settings.model, gpu_layers=settings.gpu_layers)
     if settings.select_top and released.kernel is not None:
-        return Tools(llm, *artifact_kernel(released))
+        return Tools(llm, *artifact_kernel(released, models))
     return Tools(llm)
 
 
@@ -232,18 +235,19 @@ def _digest(binding: dict[str, Any]) -> str:
 
 def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out: Path,
                settings: DecodeSettings, console: Console | None = None, *,
-               reuse: bool = False) -> DecodeResult:
+               reuse: bool = False, models: Models | None = None) -> DecodeResult:
     """Verify the artifact, then decode the parts ``settings`` asks for into ``out``: one part
     (the whole plan, or ``--shard I``) directly, several one after the other into their
     shard files, merged at the end. ``reuse``: keep a part whose output this very decode
-    already wrote (a rerun, or a retried Ray task, skips it)."""
+    already wrote (a rerun, or a retried Ray task, skips it). The LLM and the embedder come
+    from ``models`` (default: the process's own, `selpe_audit.models.shared`)."""
     con = console or Console(stderr=True, highlight=False)
     output_format(out)
     rel = read_release(artifact, list(trusted), require_approvals)
     released = released_view(rel)
     check_writable(out)
     with con.status("loading models"):
-        tools = load_tools(released, settings)
+        tools = load_tools(released, settings, models or shared())
     parts = settings.parts
     if len(parts) == 1:
         return decode_part(rel, released, settings, parts[0], out, tools, con, reuse=reuse)

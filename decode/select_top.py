@@ -17,17 +17,16 @@ from decode.released import Released
 from selpe_audit.kernel.distance import Kernel, KernelConfig
 
 if TYPE_CHECKING:
-    from selpe_audit.kernel.embeddings import Embedder
+    from selpe_audit.models import Models
 
 
-def artifact_kernel(released: Released, embedder: Embedder | None = None
-                    ) -> tuple[Kernel, dict[str, Any] | None]:
+def artifact_kernel(released: Released,
+                    models: Models) -> tuple[Kernel, dict[str, Any] | None]:
     """The release's kernel, and what provenance records about the local embedder.
 
     A local embedder whose weights differ from the artifact's still ranks candidates, just
-    not by the release's exact distances; provenance says whether they match. ``embedder``
-    lets a caller that decodes many times (the benchmarks) share one model and text cache;
-    by default a fresh `Embedder` is loaded.
+    not by the release's exact distances; provenance says whether they match. The embedder
+    comes from ``models`` (loaded there on first use), and only when a channel needs it.
     """
     block = released.kernel
     assert block is not None, "SelectTop needs an artifact with a selection block"
@@ -38,12 +37,7 @@ def artifact_kernel(released: Released, embedder: Embedder | None = None
     numeric_only = Kernel(released.schema, None, config)
     if not numeric_only.semantic_channels:
         return numeric_only, None
-    if embedder is None:
-        from selpe_audit.kernel.embeddings import (
-            Embedder,  # loads torch: only when a channel needs it
-        )
-
-        embedder = Embedder()
+    embedder = models.embedder()
     kernel = Kernel(released.schema, embedder, config)
     info = embedder.info.to_json()
     expected = (block.get("embedder") or {}).get("weights_sha256")

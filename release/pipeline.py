@@ -43,6 +43,7 @@ from selpe_audit.artifact.view import counts_view
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import Kernel, KernelConfig
 from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.models import Models, shared
 from selpe_audit.review.page import write_review_html
 from selpe_audit.schema import Schema, load_schema
 
@@ -74,8 +75,19 @@ class ReleaseResult:
     doc: dict[str, Any]
 
 
-def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseResult:
-    con = console or Console(stderr=True, highlight=False)
+def run_release(cfg: ReleaseConfig, console: Console | None = None,
+                models: Models | None = None) -> ReleaseResult:
+    """One release of ``cfg``; the LLM and the embedder come from ``models`` (default: the
+    process's own, `selpe_audit.models.shared`), loaded there on first use. The private
+    texts the release embedded are forgotten when it ends, however it ends."""
+    models = models or shared()
+    try:
+        return _release(cfg, console or Console(stderr=True, highlight=False), models)
+    finally:
+        models.forget_private_texts()
+
+
+def _release(cfg: ReleaseConfig, con: Console, models: Models) -> ReleaseResult:
     schema = load_schema(cfg.schema)
     cfg.check(schema)
     key = load_private_key(cfg.release_key)
@@ -91,15 +103,15 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
     if cfg.selects:  # load models before any row is read: failures cost nothing
         with con.status("loading the candidate generator and the embedder"):
             source = candidate_source(schema, sel.candidates, sel.model, sel.gpu_layers,
-                                      sel.seed)
+                                      sel.seed, models)
             kernel = Kernel(schema, None, KernelConfig(channels=sel.channels))
             if kernel.semantic_channels:  # numeric channels alone need no model
-                kernel.embedder = embedder = Embedder()
+                kernel.embedder = embedder = models.embedder()
     if _uses_topics(cfg, schema):  # public inputs only, before any row is read
         with con.status("topic codebooks from public texts"):
             # one embedder (and private cache) for topics and selection: each text once
-            embedder = embedder or Embedder()
-            codebooks = _codebooks(cfg, schema, source, embedder)
+            embedder = embedder or models.embedder()
+            codebooks = _codebooks(cfg, schema, source, embedder, models)
     rid = ledger.reserve(planned, cfg.release_delta, note=f"release to {cfg.out}")
     spent_eps, spent_delta = ledger.spent()
     cap_eps, cap_delta = ledger.caps()
@@ -147,8 +159,6 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None) -> ReleaseRe
         total += run.accounting.epsilon
         total_delta += run.accounting.delta
         selection = selection_section(cfg, kernel, source, run)
-    if embedder is not None:  # the private texts the release embedded: forget them now
-        embedder.private_view().clear_cache()
     if total > budget.epsilon + 1e-9 or total_delta > cfg.release_delta * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting exceeds the configured budget")
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
@@ -209,12 +219,13 @@ def _uses_topics(cfg: ReleaseConfig, schema: Schema) -> bool:
 
 
 def _codebooks(cfg: ReleaseConfig, schema: Schema, source: CandidateSource | None,
-               embedder: Embedder) -> dict[str, Any]:
+               embedder: Embedder, models: Models) -> dict[str, Any]:
     """Per free-text field, k public anchor texts: from the pool, or from LLM candidates
     (the selection's source when it runs, else one made from the same settings)."""
     sel = cfg.selection
     if source is None:
-        source = candidate_source(schema, sel.candidates, sel.model, sel.gpu_layers, sel.seed)
+        source = candidate_source(schema, sel.candidates, sel.model, sel.gpu_layers, sel.seed,
+                                  models)
     return {name: build_codebook(name, texts, cfg.topics, embedder, sel.seed, label)
             for name, (texts, label) in public_topic_texts(source, schema,
                                                            TOPIC_TEXTS_PER_CLASS).items()}

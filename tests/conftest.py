@@ -1,8 +1,16 @@
-"""Shared fixtures: the bundled demo schema and sample, and small file helpers."""
+"""Shared fixtures: the bundled demo schema and sample, the session's models and keys, and
+small file helpers.
+
+The session loads each model once: every test, release and decode in this process uses the
+process's `selpe_audit.models.shared` (the `models` fixture). `_model_loads` counts every
+construction of an LLM context and of an embedder by what was loaded; the session fails at
+its end if anything was loaded twice.
+"""
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -10,7 +18,73 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from selpe_audit.models import Models, shared
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
+
+#: (kind, what) -> constructions in this session (`_model_loads`)
+MODEL_LOADS: Counter[tuple[str, str]] = Counter()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_loads():
+    """Count every `LLM` and `Embedder` construction by its configuration."""
+    from selpe_audit.kernel.embeddings import Embedder
+    from selpe_audit.llm.models import LLM
+
+    llm_init, emb_init = LLM.__init__, Embedder.__init__
+
+    def counted_llm(self, path, **kw):
+        llm_init(self, path, **kw)  # a file llama.cpp refuses is not a load
+        MODEL_LOADS["llm", f"{Path(path).name} n_ctx={kw['n_ctx']} n_seq={kw['n_seq']} "
+                           f"gpu={kw['n_gpu_layers']}"] += 1
+
+    def counted_embedder(self, model=None, **kw):
+        emb_init(self, model, **kw)  # a folder that fails to load is not a load
+        MODEL_LOADS["embedder", f"{self._dir.resolve()} {kw}"] += 1
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(LLM, "__init__", counted_llm)
+    mp.setattr(Embedder, "__init__", counted_embedder)
+    yield MODEL_LOADS
+    mp.undo()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    twice = {k: n for k, n in MODEL_LOADS.items() if n > 1}
+    if twice:
+        lines = "\n".join(f"  {kind} {what}: {n} times" for (kind, what), n in twice.items())
+        print(f"\nmodels loaded more than once in this session (use the `models` "
+              f"fixture):\n{lines}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def models(_model_loads) -> Models:
+    """The session's models: the process's own, so releases and decodes that load them
+    themselves (`run_release`, `run_decode`, the audits) share them too."""
+    return shared()
+
+
+@pytest.fixture(scope="session")
+def llm(models):
+    """The bundled LLM, loaded once per session (4 sequences, 4096 tokens of context)."""
+    return models.llm()
+
+
+@pytest.fixture(scope="session")
+def embedder(models):
+    """The bundled embedder, loaded once per session."""
+    return models.embedder()
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory):
+    """One release key pair and one reviewer key pair for the session: ((priv, pub, id)
+    of the release key, the same of the reviewer's)."""
+    from selpe_audit.artifact.signing import generate_keypair
+
+    d = tmp_path_factory.mktemp("keys")
+    return generate_keypair(d / "release.pem"), generate_keypair(d / "reviewer.pem")
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SAMPLE = ROOT / "selpe_audit" / "data" / "ed_triage_sample.csv"

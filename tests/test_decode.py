@@ -45,7 +45,7 @@ from release.config import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import RELEASE_FILE, read_release
-from selpe_audit.artifact.signing import generate_keypair, sign_file
+from selpe_audit.artifact.signing import sign_file
 from selpe_audit.bins import grid, value_at
 from selpe_audit.cli.main import main
 from selpe_audit.demo.generator import generate_rows
@@ -58,12 +58,6 @@ EXE = str(Path(sys.executable).with_name("selpe-audit"))
 
 
 # ----- fixtures ------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    d = tmp_path_factory.mktemp("keys")
-    return generate_keypair(d / "release.pem"), generate_keypair(d / "reviewer.pem")
-
 
 def _release(tmp: Path, key: Path, **overrides) -> Path:
     cfg = load_config(ROOT / "examples" / "release.toml", {

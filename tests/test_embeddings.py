@@ -19,11 +19,6 @@ from selpe_audit.kernel.embeddings import (
 )
 
 
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    return Embedder()
-
-
 def fresh(prefix: str, k: int) -> list[str]:
     """Texts no earlier test has encoded (the session embedder's cache is shared)."""
     tag = uuid.uuid4().hex[:8]
@@ -158,7 +153,7 @@ def test_weights_hash_of_several_files_is_a_sha256sum_listing(tmp_path):
 
 
 @pytest.mark.slow
-def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_schema):
+def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_schema, embedder):
     """Item 1 of issue 18: private features are per row (one text at a time, their own
     cache) and candidates never share a batch or a cache with a private text."""
     from release.pipeline import _private_classes
@@ -173,7 +168,9 @@ def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_sche
              for r in [*generate_rows(10, seed=23), added]]
 
     def features(rows: list[dict]) -> tuple[dict, dict]:
-        kernel = Kernel(demo_schema, Embedder(device="cpu"), KernelConfig())
+        embedder.clear_cache()  # the session's embedder as a fresh one: both caches empty
+        embedder.private_view().clear_cache()
+        kernel = Kernel(demo_schema, embedder, KernelConfig())
         early = kernel.featurize(cands[:4])  # the public cache is warm before private rows
         priv = _private_classes(rows, demo_schema, kernel, "patient_id")
         late = kernel.featurize(cands)

@@ -94,18 +94,15 @@ class _Writer:
         return []
 
 
-def _stand_in_model(monkeypatch) -> None:
-    """`load_llm` gives an object with the model's description only (nothing is generated)."""
-    info = SimpleNamespace(name="stand-in", sha256="0" * 64)
-    monkeypatch.setattr("selpe_audit.llm.models.load_llm",
-                        lambda *a, **k: SimpleNamespace(info=info, seed=0))
+def _stand_in_model() -> SimpleNamespace:
+    """An object with the model's description only (nothing is generated)."""
+    return SimpleNamespace(info=SimpleNamespace(name="stand-in", sha256="0" * 64), seed=0)
 
 
 @pytest.fixture()
-def source(demo_schema, counts, monkeypatch):
+def source(demo_schema, counts):
     """An `LLMSource` over a stand-in model, handed the counts (post-processing)."""
-    _stand_in_model(monkeypatch)
-    src = LLMSource(demo_schema, None, 0, seed=3)
+    src = LLMSource(demo_schema, _stand_in_model(), seed=3)
     src.use_counts(counts)
     return src
 
@@ -134,15 +131,14 @@ def test_a_text_refused_every_round_stops_the_release(demo_schema, source):
     assert source.describe()["text"]["placeholders"] == 2 * TEXT_ROUNDS
 
 
-def test_a_schema_without_free_text_needs_no_text_writer(demo_schema, counts, monkeypatch):
+def test_a_schema_without_free_text_needs_no_text_writer(demo_schema, counts):
     from selpe_audit.schema import parse_schema
 
     raw = demo_schema.raw
     props = {k: v for k, v in raw["properties"].items() if k != "chief_complaint"}
     schema = parse_schema({**raw, "properties": props,
                            "required": [k for k in raw["required"] if k != "chief_complaint"]})
-    _stand_in_model(monkeypatch)
-    src = LLMSource(schema, None, 0, seed=3)
+    src = LLMSource(schema, _stand_in_model(), seed=3)
     src.use_counts(counts)
     src.writer = _Writer(None)  # would refuse every text: it must not be asked
     out = src.generate(class_value=schema.classes[1], positives=[], negatives=[], hints=None,
@@ -151,20 +147,18 @@ def test_a_schema_without_free_text_needs_no_text_writer(demo_schema, counts, mo
     assert all(schema.record_validator().is_valid(r) for r in out)
 
 
-def test_before_the_counts_the_source_stays_two_stage(demo_schema, monkeypatch):
-    _stand_in_model(monkeypatch)
-    src = LLMSource(demo_schema, None, 0, seed=3)
+def test_before_the_counts_the_source_stays_two_stage(demo_schema):
+    src = LLMSource(demo_schema, _stand_in_model(), seed=3)
     calls: list[int] = []
     src.generator = SimpleNamespace(generate=lambda **kw: calls.append(kw["n"]) or [])
     src.generate(class_value=1, positives=[], negatives=[], hints=None, n=5)
     assert calls == [5] and "text" not in src.describe()
 
 
-def test_public_records_use_the_schema_alone(demo_schema, monkeypatch):
+def test_public_records_use_the_schema_alone(demo_schema):
     """The topic codebooks' LLM texts, written before any row is read: uniform fields, the
     schema's example texts as hints, no exemplars."""
-    _stand_in_model(monkeypatch)
-    src = LLMSource(demo_schema, None, 0, seed=3)
+    src = LLMSource(demo_schema, _stand_in_model(), seed=3)
     src.writer = _Writer("a cough since Monday")
     out = src.public_records(2, 40)
     assert len(out) == 40 and all(demo_schema.record_validator().is_valid(r) for r in out)

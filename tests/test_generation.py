@@ -6,7 +6,6 @@ Tests marked slow run the bundled 270M model on the CPU (a few minutes in all on
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,13 +30,6 @@ def examples(schema: Schema, cls: int, n_pos: int = 5, n_neg: int = 2) -> tuple[
             [r for r in rows if r[schema.label] != cls][:n_neg])
 
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[LLM]:
-    model = load_llm(n_seq=4, n_ctx=8192, seed=1)
-    yield model
-    model.close()
-
-
 def check(records: list[dict], schema: Schema, n: int, cls: int) -> None:
     validator = schema.record_validator()
     assert len(records) == n
@@ -50,18 +42,20 @@ def check(records: list[dict], schema: Schema, n: int, cls: int) -> None:
 # ----- generation (slow: runs the model) ---------------------------------------------------
 
 @pytest.mark.slow
-def test_200_single_stage_records_all_validate(llm: LLM, demo_schema: Schema) -> None:
+def test_48_single_stage_records_all_validate(llm: LLM, demo_schema: Schema) -> None:
+    """48 records (12 batches of the 4 sequences; 200 before: the same paths, a quarter of
+    the time); the grammar makes every one valid, and they are not one record repeated."""
     pos, neg = examples(demo_schema, 2)
     gen = RecordGenerator(demo_schema, llm, GenerationConfig(two_stage=False, seed=5))
     seen: list[dict] = []
-    records = gen.generate(class_value=2, positives=pos, negatives=neg, n=200,
+    records = gen.generate(class_value=2, positives=pos, negatives=neg, n=48,
                            hints={"age": "mostly over 45"}, on_record=seen.append)
-    check(records, demo_schema, 200, 2)
+    check(records, demo_schema, 48, 2)
     assert seen == records
     st = gen.last_stats
-    assert st.records == 200 and st.validity == 1.0
+    assert st.records == 48 and st.validity == 1.0
     assert st.forced_tokens > 0 and st.tokens_per_s > 0
-    assert len({r["chief_complaint"] for r in records}) > 20  # not one record repeated
+    assert len({r["chief_complaint"] for r in records}) > 12  # not one record repeated
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ own ``Fixed`` release) and, in the slow tests, the bundled GGUF model."""
 from __future__ import annotations
 
 import pytest
-from test_model_decoder import SCHEMA, _doc, _released, release  # noqa: F401 (a fixture)
+from test_model_decoder import SCHEMA, _doc, _released, opendp_release
 
 from decode.hybrid import HybridDecoder, placeholder_words
 from decode.model import ModelDecoder
@@ -15,8 +15,8 @@ TEXT = "note"
 
 
 @pytest.fixture(scope="module")
-def released(release):  # noqa: F811 (the imported fixture)
-    table, block = release
+def released():
+    table, block = opendp_release()
     return _released(_doc(block, table))
 
 
@@ -34,13 +34,6 @@ def test_the_text_prompt_carries_fields_topic_texts_and_no_text_slot(released):
     assert suffix.endswith('note: "') and '"a sore throat"; "throat hurts"' in suffix
     assert f"colour: {rec['colour']}" in suffix and rec[TEXT] not in suffix
     assert "(free text)" not in prefix + suffix  # the field guide the small model copied
-
-
-@pytest.fixture(scope="module")
-def llm():
-    from selpe_audit.llm.models import load_llm
-
-    return load_llm(seed=0)
 
 
 @pytest.mark.slow
@@ -90,11 +83,13 @@ def test_written_texts_copy_neither_the_prompt_nor_each_other(released, llm):
     shown = ["the throat has been sore and scratchy since the weekend",
              "the throat has been sore and dry since Monday morning"]
     examples = [{**model.draw(2, 100 + j)[0], TEXT: t} for j, t in enumerate(shown)]
-    drafts = [Draft(i, dict(model.draw(2, i)[0])) for i in range(8)]
+    drafts = [Draft(i, dict(model.draw(2, i)[0])) for i in range(16)]
     writer = TextWriter(SCHEMA, llm, GenerationConfig(seed=0))
     failed = writer.write(f, 2, examples, drafts, base=11)
     texts = [d.values[f.name] for d in drafts if d not in failed]
     long = [t for t in texts if len(llm.tokenize(t)) > AVOID_SHARED]
+    # 16 drafts: a build whose numerics make the model terse (2 long texts of 8 on one
+    # machine) still leaves enough texts long enough to copy
     assert len(long) >= 4
     assert not set(long) & set(shown) and len(set(long)) == len(long)
 

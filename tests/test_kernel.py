@@ -27,7 +27,6 @@ from selpe_audit.kernel.distance import (
     available_channels,
     channel_kind,
 )
-from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.schema import DRAFT_2020_12, Schema, parse_schema
 
 ATOL = 1e-5  # float32 embeddings: cosines of a vector with itself are 1 to ~1e-7
@@ -47,11 +46,6 @@ TINY = parse_schema(TINY_RAW)
 TINY_CHANNELS = available_channels(TINY)
 SEMANTIC = [c for c in TINY_CHANNELS if channel_kind(c) != "num"]
 NUMERIC = [c for c in TINY_CHANNELS if channel_kind(c) == "num"]
-
-
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    return Embedder()
 
 
 # ----- strategies --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from test_topics import HashEncoder
 from release.config import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.view import ReleaseView
+from selpe_audit.models import Models
 from selpe_audit.review.page import render_review_html
 from selpe_audit.review.terminal import _counts
 from selpe_audit.review.view import NULL_CELL, marginal_title
@@ -42,6 +43,13 @@ class _Embedder(HashEncoder):
         """Hash vectors keep no cache."""
 
 
+class _HashModels(Models):
+    """The release's models with `_Embedder` for the embedder (no LLM is asked for)."""
+
+    def embedder(self, model=None) -> _Embedder:
+        return _Embedder()
+
+
 def _release(tmp: Path, mode: str) -> dict:
     rng = np.random.default_rng(0)  # the data's choice only
     y = rng.integers(0, 2, 200)
@@ -61,9 +69,7 @@ def _release(tmp: Path, mode: str) -> dict:
         "out": tmp / "out", "lifetime_ledger": tmp / "ledger", "enclave_log": tmp / "log",
         "epsilon": 2.0, "counts_share": 1.0, "selection_share": 0.0, "counts_mode": mode,
         "candidates": tmp / "pool.jsonl", "topics": 3})
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("release.pipeline.Embedder", _Embedder)
-        return run_release(cfg, Console(file=io.StringIO())).doc
+    return run_release(cfg, Console(file=io.StringIO()), _HashModels()).doc
 
 
 @pytest.fixture(scope="module")

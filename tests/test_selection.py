@@ -22,7 +22,6 @@ from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Kernel, KernelConfig
-from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.schema import demo_schema_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,8 +65,8 @@ def test_batches_are_keyed_and_person_stable():
 
 
 @pytest.fixture(scope="module")
-def kernel(demo_schema):
-    return Kernel(demo_schema, Embedder(), KernelConfig())
+def kernel(demo_schema, embedder):
+    return Kernel(demo_schema, embedder, KernelConfig())
 
 
 @pytest.fixture(scope="module")

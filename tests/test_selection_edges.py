@@ -14,12 +14,11 @@ from release.selection import PoolSource, PrivateClasses, run_selection
 from release.selection.selpe import batch_votes, one_class_per_unit
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Kernel, KernelConfig
-from selpe_audit.kernel.embeddings import Embedder
 
 
 @pytest.fixture(scope="module")
-def kernel(demo_schema):
-    return Kernel(demo_schema, Embedder(), KernelConfig())
+def kernel(demo_schema, embedder):
+    return Kernel(demo_schema, embedder, KernelConfig())
 
 
 def _private(kernel, rows_by_class):

@@ -20,7 +20,6 @@ from release.topics import (
 )
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
-from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.schema import parse_schema
 
 FIELD = "chief_complaint"
@@ -79,11 +78,6 @@ class FakeLLM:
         self.asked.append({"class_value": class_value, "n": n})
         return [{self.schema.label: class_value, FIELD: self.texts[i % len(self.texts)]}
                 for i in range(n)]
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return Embedder()
 
 
 # ----- without the model ---------------------------------------------------------------------

