@@ -40,7 +40,8 @@ Targets (the LLM-text issue): Adult gap within 0.01 of the model decoder's; on t
 path at least 90 % distinct texts, 0 placeholders, text-only TSTR within 0.05 of real text's,
 100 % strict validity and MIA under the bound.
 
-``--quick``: Adult's 2,000/1,000-row split, 100 members, a pool of 120, 4 rows per decode.
+``--quick``: Adult's 2,000/1,000-row split, 100 members, a pool of 120, 4 rows per decode,
+no ``schema without examples`` release.
 """
 
 from __future__ import annotations
@@ -80,10 +81,12 @@ class Plan:
     members: int
     demo_n: int     # rows per demo decode (LLM and not)
     pool: int
+    no_examples: bool = True  # the default path again from a schema without text examples
 
 
 FULL = Plan(False, members=400, demo_n=100, pool=600)
-QUICK = Plan(True, members=100, demo_n=4, pool=120)  # 100 non-members: TPR at 1 % FPR
+# 100 non-members: TPR at 1 % FPR; no third LLM-candidate release in the smoke run
+QUICK = Plan(True, members=100, demo_n=4, pool=120, no_examples=False)
 
 
 # ----- Adult ---------------------------------------------------------------------------------
@@ -233,13 +236,14 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
     b = _bench(folder, sizes)
     n = plan.demo_n
     default, d_doc = _release(b, "default-path", None)
-    bare, _ = _release(b, "default-path-no-examples", None, schema=_without_examples(b))
     pool_rel, p_doc = _release(b, "pool", ROOT / "selpe_audit/data/demo_release.toml",
                                candidates=b.pool)
     rows = [score(b, f"default path: {d}", default, DecodeSettings(n=n, decoder=d))
             for d in ("marginals", "model", "llm")]
-    rows.append(score(b, "default path, schema without examples: llm", bare,
-                      DecodeSettings(n=n, decoder="llm")))
+    if plan.no_examples:
+        bare, _ = _release(b, "default-path-no-examples", None, schema=_without_examples(b))
+        rows.append(score(b, "default path, schema without examples: llm", bare,
+                          DecodeSettings(n=n, decoder="llm")))
     no_exemplars = replace(pool_rel, winners={c: [] for c in pool_rel.classes},
                            partners={c: [] for c in pool_rel.classes})
     rows += [score(b, "pool: model (anchor texts)", pool_rel, DecodeSettings(n=n,
