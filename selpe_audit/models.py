@@ -57,13 +57,6 @@ class Models:
         for embedder in self._embedders.values():
             embedder.private_view().clear_cache()
 
-    def close(self) -> None:
-        """Free every loaded LLM (its context and weights); embedders are left to the GC."""
-        for llm in self._llms.values():
-            llm.close()
-        self._llms.clear()
-        self._embedders.clear()
-
 
 @functools.cache
 def shared() -> Models:
