@@ -241,8 +241,9 @@ def _run_mechanism(args: argparse.Namespace) -> int:
         raise UserError("--candidates must be at least 2")
     if args.confidence is not None and not 0.5 < args.confidence < 1:
         raise UserError("--confidence must be in (0.5, 1)")
-    strict = {} if args.confidence is None else {"confidence": args.confidence,
-                                                 "mu_confidence": args.confidence}
+    c = args.confidence  # every interval of the verdicts, if given
+    strict = {} if c is None else {"confidence": c, "mu_confidence": c}
+    release_strict = {} if c is None else {"confidence": c, "noise_confidence": c}
     if not 0 < args.delta < 1:
         raise UserError("--delta must be in (0, 1)")
     schema = load_schema(demo_schema_path())  # public, fictional: mechanisms are data-blind
@@ -257,11 +258,8 @@ def _run_mechanism(args: argparse.Namespace) -> int:
                                                calibrate_to=args.calibrate_to)
                 with console.status(f"release ({unit} unit): {runs} full releases per "
                                     "dataset"):
-                    audits.append(release_audit.audit_release(
-                        a, runs, args.calibration_runs,
-                        **({} if args.confidence is None else {
-                            "confidence": args.confidence,
-                            "noise_confidence": args.confidence})))
+                    audits.append(release_audit.audit_release(a, runs, args.calibration_runs,
+                                                              **release_strict))
             continue
         runs = args.runs or mechanism.DEFAULT_RUNS[kind]
         if kind == "model":
