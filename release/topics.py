@@ -3,10 +3,10 @@
 A field's codebook is k anchor texts clustered from PUBLIC texts only (the candidate pool or
 LLM candidates, never a private row), so the codebook, its anchors and their embeddings can be
 released as they are. Each private text then gets the topic of its nearest anchor (cosine),
-computed by a function of that row alone: the text is embedded on its own (the embedder's
-private view, no batch neighbours) and compared with the fixed anchors. Adding or removing one
-private row therefore changes exactly one row's topic, which is what the model's sensitivity
-argument assumes.
+computed by a function of that row alone: the text is embedded by the embedder's private
+view (a vector that depends on that text only) and compared with the fixed anchors.
+Adding or removing one private row therefore changes exactly one row's topic, which is what
+the model's sensitivity argument assumes.
 
 The codebook keeps its anchor embeddings exactly as the artifact publishes them (rounded to 5
 decimals), so anyone holding the artifact and the same embedder computes the same assignment.
@@ -191,20 +191,22 @@ def assign_topics(codebook: Codebook, private_texts: Iterable[str | None],
                   encoder: Embedder | PrivateEncoder | TextEncoder) -> np.ndarray:
     """Topic of each private text: argmax cosine similarity to the anchors, row by row.
 
-    Each text is embedded alone and scored against the fixed anchors one row at a time, so a
-    row's topic is a function of that row only (bit for bit, whatever else is assigned).
-    A missing or empty text gets the topic of the empty string. Returns ``uint32`` codes in
-    input order. Private out: the codes are private until counted with noise.
+    The texts go to the private encoder in one call: its vector for a text is a function of
+    that text alone (`PrivateEncoder`), and each row is scored against the fixed anchors on
+    its own, so a row's topic is a function of that row only (bit for bit, whatever else is
+    assigned). A missing or empty text gets the topic of the empty string. Returns
+    ``uint32`` codes in input order. Private out: the codes are private until counted with
+    noise.
     """
     enc = _private_encoder(encoder)
     anchors = codebook.embeddings / np.linalg.norm(codebook.embeddings, axis=1, keepdims=True)
-    codes: list[int] = []
+    texts: list[str] = []
     for t in private_texts:
-        if t is None:
-            t = ""
-        elif not isinstance(t, str):  # never quote the value: it is private
+        if t is not None and not isinstance(t, str):  # never quote the value: it is private
             raise ValueError(f"field '{codebook.field}' holds a value that is not text "
                              f"({type(t).__name__})")
-        v = np.asarray(enc.encode([t]), dtype=np.float64)[0]
-        codes.append(int(np.argmax(anchors @ v)))
-    return np.asarray(codes, dtype=np.uint32)
+        texts.append(t or "")
+    if not texts:
+        return np.zeros(0, dtype=np.uint32)
+    vecs = np.asarray(enc.encode(texts), dtype=np.float64)
+    return np.asarray([int(np.argmax(anchors @ v)) for v in vecs], dtype=np.uint32)

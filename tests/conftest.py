@@ -10,6 +10,8 @@ its end if anything was loaded twice.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +19,15 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# JAX keeps compiled programs for this session (and the CLI subprocesses it starts): mbi's
+# model fit jits fresh closures per fit, so without it every decode of the same model
+# shapes compiles again (34 s of 207 in the llm_text smoke run). Public programs only: the
+# fit's inputs are DP measurements.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _JAX_CACHE = tempfile.mkdtemp(prefix="selpe-test-jax-")  # removed when the session ends
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 from selpe_audit.models import Models, shared
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
@@ -50,6 +61,8 @@ def _model_loads():
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if "_JAX_CACHE" in globals():
+        shutil.rmtree(_JAX_CACHE, ignore_errors=True)
     twice = {k: n for k, n in MODEL_LOADS.items() if n > 1}
     if twice:
         lines = "\n".join(f"  {kind} {what}: {n} times" for (kind, what), n in twice.items())

@@ -481,12 +481,14 @@ def test_adaptive_model_modes_pass_when_correct(demo_schema, mode):
 @pytest.mark.audit
 @pytest.mark.parametrize("mode", ["aim", "mst"])
 def test_adaptive_model_modes_flag_a_factor_ten(demo_schema, mode):
-    """A noise scale 10x too small (the measured part's mu about 4 against a claim of 0.42
-    at epsilon 2), 20 pooled runs per dataset, the audit's own 99 % interval: the lower end
-    stays under the claim only if mu's estimate falls ~4 standard errors short (< 1e-4).
-    The default 100 runs catch a factor 2 (`python -m benchmarks.audits`)."""
+    """A noise scale 10x too small (the measured part's mu 4.6-6.6 seen against a claim of
+    0.42 at epsilon 2), 14 pooled runs per dataset, the audit at confidence 0.9: the
+    interval's lower end stays under the claim only if mu's estimate falls ~3.9 standard
+    errors short (se about sqrt(2/n + mu^2/4n) = 0.74 at mu 4.6), and it falls under 3x the
+    claim only ~4.5 short: a false failure about 1e-4 (at 20 runs and 99 % it was ~2e-5, in
+    40 % more runs). The default 100 runs catch a factor 2 (`python -m benchmarks.audits`)."""
     bad = mechanism.audit(mechanism.model_neighbours(demo_schema, 2.0, mode=mode,
                                                      scale_factor=0.1),
-                          runs=10, calibration_runs=10)
+                          runs=7, calibration_runs=7, confidence=0.9, mu_confidence=0.9)
     assert not bad["passed"] and bad["mu"]["mu_ci"][0] > bad["mu"]["claimed_mu"]
-    assert bad["mu"]["mu_estimate"] > 5 * bad["mu"]["claimed_mu"]
+    assert bad["mu"]["mu_estimate"] > 3 * bad["mu"]["claimed_mu"]

@@ -206,9 +206,10 @@ def _texts(schema, kernel, record) -> list[str]:
 
 
 @pytest.mark.slow
-def test_one_private_view_per_embedder_on_one_thread(embedder):
+def test_one_private_view_per_embedder(embedder):
     """A release embeds a private text once for its topic and selection (one shared view),
-    each alone on one torch thread, and leaves the thread count as it found it."""
+    leaves torch's thread count as it found it, and gets the public path's vectors up to
+    padding (~1e-7)."""
     import torch
 
     view = embedder.private_view()
@@ -220,3 +221,28 @@ def test_one_private_view_per_embedder_on_one_thread(embedder):
     np.testing.assert_allclose(alone, embedder.encode(texts), atol=1e-5)  # same vectors
     view.clear_cache()
     assert view.cache_size == 0
+
+
+@pytest.mark.slow
+def test_a_private_vector_is_the_same_alone_and_in_a_batch_of_others(embedder):
+    """Issue 33 item 2, on this machine's backend: every private text's vector, bit for bit,
+    is the same when it is encoded alone (its fixed-shape batch otherwise empty fillers) and
+    at any slot of a batch of other private texts - short texts, long records and texts
+    whose lengths fall in different padded lengths, in batches that are full and not."""
+    from selpe_audit.demo.generator import generate_rows
+    from selpe_audit.kernel.embeddings import PRIVATE_BATCH, PrivateEncoder
+
+    rows = generate_rows(40, seed=31)
+    short = sorted({v for r in rows for v in r.values() if isinstance(v, str)})[:36]
+    texts = [*short, *(" ".join(f"{k}: {v}" for k, v in r.items()) for r in rows[:10]), ""]
+    batched = PrivateEncoder(embedder).encode(texts)  # many per batch, mixed lengths
+    lengths = {embedder.padded_length(n) for n in embedder._token_counts(texts)}
+    assert len(lengths) >= 3 and len(texts) > 2 * PRIVATE_BATCH
+    reversed_ = PrivateEncoder(embedder).encode(texts[::-1])[::-1]  # other slots, neighbours
+    for i, t in enumerate(texts):
+        view = PrivateEncoder(embedder)  # a fresh view: no cache, t is the batch's only row
+        alone = view.encode([t])[0]
+        assert np.array_equal(alone, batched[i]), i
+        assert np.array_equal(alone, reversed_[i]), i
+    assert all(PrivateEncoder(embedder).batch_invariant(n) for n in lengths)  # not fallback
+    np.testing.assert_allclose(batched, embedder.encode(texts), atol=1e-5)

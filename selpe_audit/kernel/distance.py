@@ -314,8 +314,8 @@ class Kernel:
 
     def featurize_private(self, priv_records: Sequence[Mapping[str, Any]]) -> Features:
         """Every channel of private rows, each row's features a function of that row alone:
-        texts are encoded one at a time by the embedder's private view (its own cache, never
-        the candidates'). Private out."""
+        texts are encoded by the embedder's private view (each vector from its text alone;
+        its own cache, never the candidates'). Private out."""
         view = getattr(self.embedder, "private_view", None)
         encoder = view() if view is not None else _OneAtATime(self.embedder)
         return self._featurize(priv_records, encoder)

@@ -10,9 +10,14 @@ Privacy: this module is public code, but inside the enclave some texts it embeds
 - `Embedder.encode` batches (fast) and caches: for PUBLIC texts only (candidates, synthetic
   records). A padded batch's vectors depend slightly (~1e-7) on their batch neighbours, which
   is harmless among public texts; its cache never holds a private text.
-- `Embedder.private_view` gives a `PrivateEncoder` on the same loaded model that encodes each
-  text ALONE (no padding, no neighbours), so a private row's vectors are a function of that
-  row only, bit for bit; its own dedupe cache is then a pure text -> vector memo. Drop the
+- `Embedder.private_view` gives a `PrivateEncoder` on the same loaded model whose vector for
+  a text is a function of that text only, bit for bit; its own dedupe cache is then a pure
+  text -> vector memo. It encodes in *fixed-shape batches*: always `PRIVATE_BATCH` rows,
+  each padded to a length set by its own token count (a multiple of `LENGTH_STEP`), empty
+  fillers making up a short batch, so the kernels see the same shapes whatever the other
+  rows are. Before a padded length is first used, public probe texts check on the running
+  backend that a row's vector is the same bit for bit at another slot among other rows; if
+  not, that length falls back to one text per call (no padding, no neighbours). Drop the
   view (or `clear_cache`) when the stage that embedded private texts ends.
 
 Caches live in memory only and are never written, logged or returned in bulk; `stats` holds
@@ -39,6 +44,10 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _HASH_CHUNK = 1 << 20
+#: rows in every private batch (fillers make up the rest): 16 gave 4x on short texts
+PRIVATE_BATCH = 16
+#: a private text is padded to its own token count rounded up to a multiple of this
+LENGTH_STEP = 8
 
 
 def default_model_path() -> Path:
@@ -187,9 +196,10 @@ class Embedder:
         self._cache.clear()
 
     def private_view(self) -> PrivateEncoder:
-        """The encoder for private texts on the same model: one text at a time, its own
-        cache. One per embedder, so a release that needs a private text twice (its topic,
-        then selection's kernel) encodes it once; it lives as long as this embedder."""
+        """The encoder for private texts on the same model: each vector from its text
+        alone, its own cache. One per embedder, so a release that needs a private text
+        twice (its topic, then selection's kernel) encodes it once; it lives as long as this
+        embedder."""
         if self._private is None:
             self._private = PrivateEncoder(self)
         return self._private
@@ -211,25 +221,55 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self._cache[t] for t in texts])
 
-    def _encode_uncached(self, texts: list[str], alone: bool = False) -> np.ndarray:
-        """``alone``: every text in a batch of its own (no padding: a pure function of it)."""
-        if alone:
-            with _one_thread():
-                out = np.concatenate([self._model_encode([t], 1) for t in texts])
-        else:
-            out = self._model_encode(texts, self.batch_size)
-        vecs = np.asarray(out, dtype=np.float64)
-        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-        if not np.all(np.isfinite(vecs)) or np.any(norms == 0):
-            raise RuntimeError("the embedder returned a zero or non-finite vector")
-        # Normalise in float64 so every float32 row has norm 1 to ~1e-7, with or without
-        # a Normalize module in the model.
-        return (vecs / norms).astype(np.float32)
+    def _encode_uncached(self, texts: list[str]) -> np.ndarray:
+        return _unit_rows(self._model_encode(texts, self.batch_size))
 
     def _model_encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         out = self._model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
                                  normalize_embeddings=False, show_progress_bar=False)
         return np.asarray(out).reshape(len(texts), self.dim)
+
+    # ----- the private path: a text's vector depends on that text alone ----------------
+    def _token_counts(self, texts: list[str]) -> list[int]:
+        """Each text's own token count (truncated as the model truncates)."""
+        tok = self._model.tokenizer
+        ids = tok(texts, truncation=True, max_length=self._model.max_seq_length)["input_ids"]
+        return [len(x) for x in ids]
+
+    def padded_length(self, n_tokens: int) -> int:
+        """The length a private text of ``n_tokens`` tokens is padded to: its own count
+        rounded up to `LENGTH_STEP` (never the batch's longest)."""
+        return min(-(-n_tokens // LENGTH_STEP) * LENGTH_STEP, self._model.max_seq_length)
+
+    def fixed_shape_batch(self, texts: list[str], length: int) -> np.ndarray:
+        """Vectors of up to `PRIVATE_BATCH` texts run as one batch of exactly that many rows
+        (empty fillers after them), every row padded to ``length`` tokens."""
+        import torch
+
+        if not 0 < len(texts) <= PRIVATE_BATCH:
+            raise ValueError(f"a fixed-shape batch holds 1 to {PRIVATE_BATCH} texts")
+        rows = [*texts, *[""] * (PRIVATE_BATCH - len(texts))]
+        features = self._model.tokenizer(rows, padding="max_length", truncation=True,
+                                         max_length=length, return_tensors="pt")
+        with torch.inference_mode():
+            out = self._model({k: v.to(self._model.device) for k, v in features.items()})
+        vecs = out["sentence_embedding"].float().cpu().numpy()
+        return vecs[:len(texts)].reshape(len(texts), self.dim)
+
+    def alone(self, texts: list[str]) -> np.ndarray:
+        """Each text in a batch of its own, on one thread (no padding, no neighbours)."""
+        with _one_thread():
+            return np.concatenate([self._model_encode([t], 1) for t in texts])
+
+
+def _unit_rows(out: np.ndarray) -> np.ndarray:
+    vecs = np.asarray(out, dtype=np.float64)
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    if not np.all(np.isfinite(vecs)) or np.any(norms == 0):
+        raise RuntimeError("the embedder returned a zero or non-finite vector")
+    # Normalise in float64 so every float32 row has norm 1 to ~1e-7, with or without
+    # a Normalize module in the model.
+    return (vecs / norms).astype(np.float32)
 
 
 @contextlib.contextmanager
@@ -248,15 +288,17 @@ def _one_thread() -> Iterator[None]:
 
 
 class PrivateEncoder:
-    """The embedder for private texts: each text encoded alone, so its vector is a function
-    of that text only (no batch neighbours, no padding); a dedupe cache of its own that a
-    public (candidate) encode never reads or fills. Private: never log or return its cache.
+    """The embedder for private texts: a text's vector is a function of that text only (see
+    the module: fixed-shape batches where the backend is checked batch-invariant, else one
+    text per call); a dedupe cache of its own that a public (candidate) encode never reads
+    or fills. Private: never log or return its cache.
     """
 
     def __init__(self, embedder: Embedder) -> None:
         self._embedder = embedder
         self.dim = embedder.dim
         self._priv_cache: dict[str, np.ndarray] = {}
+        self._invariant: dict[int, bool] = {}  # padded length -> probe result (public)
 
     def encode(self, priv_texts: list[str]) -> np.ndarray:
         """``(n, dim)`` float32 unit rows, in input order; each distinct text encoded once."""
@@ -264,11 +306,45 @@ class PrivateEncoder:
             raise TypeError("encode takes a list of strings, not one string")
         todo = list(dict.fromkeys(t for t in priv_texts if t not in self._priv_cache))
         if todo:
-            vecs = self._embedder._encode_uncached(todo, alone=True)
-            self._priv_cache.update(zip(todo, vecs, strict=True))
+            self._priv_cache.update(zip(todo, self._encode_uncached(todo), strict=True))
         if not priv_texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self._priv_cache[t] for t in priv_texts])
+
+    def _encode_uncached(self, texts: list[str]) -> np.ndarray:
+        """Texts grouped by their own padded length, each group in fixed-shape batches (or
+        one text per call where that length failed its probe)."""
+        emb = self._embedder
+        out: list[np.ndarray | None] = [None] * len(texts)
+        by_length: dict[int, list[int]] = {}
+        for i, n in enumerate(emb._token_counts(texts)):
+            by_length.setdefault(emb.padded_length(n), []).append(i)
+        for length, idx in sorted(by_length.items()):
+            group = [texts[i] for i in idx]
+            if self.batch_invariant(length):
+                vecs = np.concatenate([emb.fixed_shape_batch(group[k:k + PRIVATE_BATCH], length)
+                                       for k in range(0, len(group), PRIVATE_BATCH)])
+            else:
+                vecs = emb.alone(group)
+            for i, v in zip(idx, _unit_rows(vecs), strict=True):
+                out[i] = v
+        return np.stack(out)  # type: ignore[arg-type]
+
+    def batch_invariant(self, length: int) -> bool:
+        """Whether, on this backend, a row padded to ``length`` gets the same vector bit for
+        bit at the first slot among fillers and at the last slot among other rows: checked
+        once per length on public probe texts (so the choice reveals nothing private)."""
+        if length not in self._invariant:
+            emb = self._embedder
+            words = max(1, length - 3)  # "probe" is one token; [CLS] and [SEP] add two
+            probes = [" ".join(["probe"] * max(1, words - k)) for k in range(PRIVATE_BATCH)]
+            try:
+                first = emb.fixed_shape_batch(probes[:1], length)[0]
+                last = emb.fixed_shape_batch(probes[1:] + probes[:1], length)[-1]
+                self._invariant[length] = bool(np.array_equal(first, last))
+            except Exception:  # a model this path cannot drive: one text per call
+                self._invariant[length] = False
+        return self._invariant[length]
 
     @property
     def cache_size(self) -> int:
