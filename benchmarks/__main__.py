@@ -99,6 +99,11 @@ def _selection_signal(quick: bool) -> dict[str, Any]:
     return selection_signal.run(quick)
 
 
+def _text_vocabulary(quick: bool) -> dict[str, Any]:
+    from benchmarks import text_vocabulary
+    return text_vocabulary.run(quick)
+
+
 def _counts_modes(quick: bool) -> dict[str, Any]:
     from benchmarks import counts_modes
     return counts_modes.run(quick)
@@ -114,6 +119,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "adult_llm": ("python -m benchmarks.adult_llm", _adult_llm),
     "triage": ("python -m benchmarks.triage", _triage),
     "llm_text": ("python -m benchmarks.llm_text", _llm_text),
+    "text_vocabulary": ("python -m benchmarks.text_vocabulary", _text_vocabulary),
     "decode": ("python -m benchmarks.decode", _decode),
     "shards": ("python -m benchmarks.shards", _shards),
     "generation": ("python -m benchmarks.generation", _generation),

@@ -9,9 +9,11 @@ Per record of class c:
 - a field without a released histogram (never the case for the demo schema) is uniform over
   its enum or its public range (these three rules are `selpe_audit.artifact.sampling`'s,
   shared with the release's LLM candidates);
-- a free-text field copies the text of one of c's exemplars (DP-selected winners and their
-  partners, both synthetic). An artifact without exemplars (``selection: null``, a
-  counts-only release) has no public text to copy: the field gets the neutral placeholder
+- a free-text field copies the text of an exemplar (DP-selected winners and their partners,
+  both synthetic) drawn from every class's exemplars alike, so the text carries no label
+  signal that the release does not (issue 31: one exemplar per class made the text predict
+  the label perfectly). An artifact without exemplars (``selection: null``, a counts-only
+  release) has no public text to copy: the field gets the neutral placeholder
   `PLACEHOLDER` (cut or padded to the field's length limits), and provenance says so.
 
 Record i of class c is drawn from its own generator seeded by (seed, c, i), so the stream is
@@ -47,10 +49,11 @@ class MarginalsDecoder:
         self.released, self.seed = released, seed
         self.schema = released.schema
         self.validity = 1.0  # every record is built valid; nothing is resampled
-        self._texts = {c: {f.name: [r[f.name] for r in released.exemplars(c)]
-                           for f in self.schema.by_kind("text")} for c in released.classes}
-        self.uses_placeholder = any(not texts for by_field in self._texts.values()
-                                    for texts in by_field.values())
+        # one pool per field, the same for every class: no label signal in the text
+        self._texts = {f.name: [r[f.name] for c in released.classes
+                                for r in released.exemplars(c)]
+                       for f in self.schema.by_kind("text")}
+        self.uses_placeholder = any(not texts for texts in self._texts.values())
         # the shared rule (`selpe_audit.artifact.sampling`): the release's LLM candidates
         # draw their fields from the same counts the same way
         self._probs = field_probs(self.schema, released.view.counts)
@@ -74,8 +77,8 @@ class MarginalsDecoder:
     def draw(self, f: Field, class_value: Any, rng: np.random.Generator) -> Any:
         """One value of field ``f`` for a record of ``class_value`` (not the label); the
         model decoder draws the fields its model lacks here too."""
-        if f.kind == "text":
-            pool = self._texts[class_value][f.name]
+        if f.kind == "text":  # the class does not enter: the same pool for every class
+            pool = self._texts[f.name]
             return pool[int(rng.integers(len(pool)))] if pool else placeholder_text(f)
         return draw_value(f, self._probs[class_value][f.name], rng)
 

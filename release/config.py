@@ -38,6 +38,14 @@ Example (``examples/release.toml``)::
     topics = 8             # topic anchors per free-text field (model modes; 0: off); left
                            # out: 8 when a public pool is set ([selection] candidates), else
                            # 0 (set it to build the codebook from LLM candidates instead)
+    phrases = true         # model modes: a DP phrase vocabulary per free-text field that has
+                           # no topic codebook (release.phrases: OpenDP partition selection)
+    phrase_share = 0.2     # share of the counts' epsilon (and half their delta) it spends
+    phrases_per_unit = 1   # phrases one person may count for (person unit)
+    keywords_per_unit = 2  # keywords (words, then word pairs) one unit counts for (long text)
+    max_phrases = 64       # at most this many released phrases per field, largest first
+    # deny = "phrases-deny.txt"  # a reviewer's rejected phrases/keywords, one per line: never
+                           # released (its SHA-256 and size, not its lines, go in the artifact)
     aim_rounds = 8         # aim: at most this many selected marginals
     gamma = 0.2            # share of the counts budget for cohort counts
     alpha = 0.2            # share for conditional rates
@@ -188,6 +196,12 @@ class CountsConfig:
     mode: str = DEFAULT_COUNTS_MODE
     class_share: float = 0.25
     topics: int | None = None  # None: DEFAULT_TOPICS with a public pool, else off
+    phrases: bool = True
+    phrase_share: float = 0.2
+    phrases_per_unit: int = 1
+    keywords_per_unit: int = 2
+    max_phrases: int = 64
+    deny: Path | None = None
     aim_rounds: int = 8
     gamma: float = 0.2
     alpha: float = 0.2
@@ -205,6 +219,12 @@ class CountsConfig:
                 or self.aim_rounds < 1:
             raise UserError("config: counts.topics must be 0 (off) or >= 2, and "
                             "counts.aim_rounds >= 1")
+        if not isinstance(self.phrases, bool):
+            raise UserError("config: counts.phrases must be true or false")
+        if not 0 < self.phrase_share < 1 or min(self.phrases_per_unit, self.keywords_per_unit,
+                                                 self.max_phrases) < 1:
+            raise UserError("config: counts.phrase_share must be a share in (0, 1), and "
+                            "counts.phrases_per_unit, keywords_per_unit and max_phrases >= 1")
         if not (0 <= self.gamma < 1 and 0 <= self.alpha < 1 and self.gamma + self.alpha < 1):
             raise UserError("config: counts.gamma and counts.alpha must be >= 0 with "
                             "gamma + alpha < 1 (the rest is for histograms)")
@@ -354,6 +374,14 @@ class ReleaseConfig:
             return self.counts.topics
         return DEFAULT_TOPICS if self.selection.candidates is not None else 0
 
+    def phrase_fields(self, schema: Schema) -> list[str]:
+        """Free-text fields whose topics are a DP phrase vocabulary (`release.phrases`): in a
+        model counts mode with counts.phrases on, every one when no embedding codebook is
+        built (counts.topics 0)."""
+        if not (self.counts.is_model and self.counts.phrases) or self.topics > 0:
+            return []
+        return [f.name for f in schema.by_kind("text")]
+
     @property
     def _zcdp_parts(self) -> int:
         """How many parts spend rho-zCDP converted to (epsilon, delta): counts, selection."""
@@ -457,8 +485,10 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         ("selection", "selection_share"), ("lifetime_epsilon", "lifetime_epsilon"),
         ("lifetime_delta", "lifetime_delta"), ("lifetime_ledger", "lifetime_ledger"))},
     "privacy_unit": {k: ("privacy_unit", k) for k in ("unit", "id_field", "max_contributions")},
-    "counts": {k: ("counts", k) for k in ("mode", "class_share", "topics", "aim_rounds",
-                                          "gamma", "alpha", "n_min")},
+    "counts": {k: ("counts", k) for k in ("mode", "class_share", "topics", "phrases",
+                                          "phrase_share", "phrases_per_unit", "keywords_per_unit",
+                                          "max_phrases", "deny",
+                                          "aim_rounds", "gamma", "alpha", "n_min")},
     "selection": {k: ("selection", k) for k in (
         "mode", "rounds", "k", "batches", "q", "schedule", "candidates", "model", "gpu_layers",
         "seed", "channels", "threshold", "anchors", "radius", "dims", "utility")},
@@ -473,7 +503,7 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     "cohorts": ("counts", "cohorts"), "rates": ("counts", "rates"),
 }
 _PATHS = {"data", "schema", "out", "release_key", "lifetime_ledger", "candidates",
-          "enclave_log"}
+          "enclave_log", "deny"}
 _SECTION_TYPES = {"budget": BudgetConfig, "privacy_unit": PrivacyUnitConfig,
                   "counts": CountsConfig, "selection": SelectionConfig}
 

@@ -175,12 +175,15 @@ class ModelRelease:
 
 
 def release_model(priv_frame: pl.LazyFrame, unit: PrivacyUnit, schema: Schema,
-                  cfg: ReleaseConfig, cols: list[ModelColumn]) -> ModelRelease:
-    """Every count of the release through one OpenDP Context in rho-zCDP."""
+                  cfg: ReleaseConfig, cols: list[ModelColumn],
+                  budget: tuple[float, float] | None = None) -> ModelRelease:
+    """Every count of the release through one OpenDP Context in rho-zCDP, at ``budget``
+    (epsilon, delta; default: the counts' whole budget)."""
     counts = cfg.counts
     gamma = counts.gamma if counts.cohorts else 0.0
     alpha = counts.alpha if counts.rates else 0.0
-    (rho,) = zcdp_budget(cfg.budget.counts_epsilon, cfg.counts_delta, [1.0])
+    epsilon, delta = budget or (cfg.budget.counts_epsilon, cfg.counts_delta)
+    (rho,) = zcdp_budget(epsilon, delta, [1.0])
     others = ([cohort_query(schema, cfg, rho * gamma)] if counts.cohorts else []) + \
         rate_queries(schema, cfg, rho * alpha)
     table_slot = rho * (1 - gamma - alpha)
@@ -205,7 +208,7 @@ def release_model(priv_frame: pl.LazyFrame, unit: PrivacyUnit, schema: Schema,
     spent = table_rho + sum(r.epsilon for r in results)  # NoisyCounts.epsilon holds rho here
     if spent > rho * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting of the counts exceeds their rho")
-    eps, delta = to_approx_dp_of_rho(rho, cfg.counts_delta)
+    eps, delta = to_approx_dp_of_rho(rho, delta)
     return ModelRelease(table, table_rho, results, rho, eps, delta)
 
 
@@ -309,11 +312,14 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, cols: list[ModelColumn],
         },
         "histograms": {},
     }
+    topics = {name: dict(t) for name, t in topics.items()}
     for c in cols[1:]:
-        if c.kind == "topic":
+        proj = np.asarray(table.project((label, c.frame_col)))[:n_classes, :len(c.keys)]
+        if c.kind == "topic":  # topic x class from the fitted model: candidates draw from it
+            topics[c.field]["dp_counts_by_class"] = [[round(float(v)) for v in row]
+                                                     for row in proj]
             continue
         f = schema.field(c.field)
-        proj = np.asarray(table.project((label, c.frame_col)))[:n_classes, :len(c.keys)]
         out["histograms"][c.field] = {
             "mechanism_id": TABLE_ID,
             "kind": c.kind,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,14 @@ from release.counts import UNIT_COL, counts_section, derive_frame, plan_queries
 from release.enclave_log import EnclaveLog
 from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
 from release.opendp_mechanisms import PrivacyUnit, release_counts
+from release.phrases import CONSTRUCTOR as PHRASES_CONSTRUCTOR
+from release.phrases import (
+    PhraseVocabulary,
+    phrase_topics,
+    read_denylist,
+    release_phrases,
+    term_kind,
+)
 from release.private_data import PrivateTable, read_private_rows, source_description
 from release.selection import (
     PrivateClasses,
@@ -48,7 +56,9 @@ from selpe_audit.review.page import write_review_html
 from selpe_audit.schema import Schema, load_schema
 
 MODEL_ACCOUNTANT = (
-    "OpenDP: a Context compositor in zero-concentrated DP over every count query (the "
+    "OpenDP: a Context in (epsilon, delta)-DP per free-text field's phrase vocabulary (if "
+    "any: partition selection); a Context compositor in zero-concentrated DP over every "
+    "other count query (the "
     "contingency table's marginals, cohorts, rates: rho adds up), whose total rho OpenDP "
     "converts to (epsilon, delta) at the counts' delta (counts/zcdp-to-approx-dp); then the "
     "selection (if any) by its own accountant; the parts compose sequentially (epsilons and "
@@ -198,8 +208,10 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str
         entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
                                r.scope, r.composition) for r in counts.results]
         return entries, counts_section(schema, cfg, counts), counts.total_epsilon, 0.0
+    phrase_entries, vocab, spent = _release_phrases(cfg, schema, priv_rows, unit, person_field)
     topics = {name: len(cb.anchors) for name, cb in codebooks.items()}
-    if codebooks and embedder is not None:  # a row's topic from its own text, one at a time
+    topics |= {name: v.k for name, v in vocab.items()}
+    if codebooks and embedder is not None:  # a row's topic from its own text alone
         encoder = embedder.private_view()
         frame = frame.with_columns(
             pl.Series(counts_model.topic_col(name),
@@ -207,11 +219,57 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str
                       dtype=pl.UInt32)
             for name, cb in codebooks.items())
         del encoder
+    if vocab:  # a row's topic: its own text's phrase, else "other"
+        frame = frame.with_columns(
+            pl.Series(counts_model.topic_col(name), [v.code(r.get(name)) for r in priv_rows],
+                      dtype=pl.UInt32)
+            for name, v in vocab.items())
     cols = counts_model.model_columns(schema, topics)
-    rel = counts_model.release_model(frame, unit, schema, cfg, cols)
-    block = counts_model.counts_section(schema, cfg, cols, rel,
-                                        {name: cb.to_json() for name, cb in codebooks.items()})
-    return counts_model.ledger_entries(cfg, cols, rel), block, rel.epsilon, rel.delta
+    budget = (cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
+    rel = counts_model.release_model(frame, unit, schema, cfg, cols, budget)
+    topic_json = {name: cb.to_json() for name, cb in codebooks.items()}
+    topic_json |= {name: phrase_topics(v) for name, v in vocab.items()}
+    block = counts_model.counts_section(schema, cfg, cols, rel, topic_json)
+    entries = phrase_entries + counts_model.ledger_entries(cfg, cols, rel)
+    return entries, block, rel.epsilon + spent[0], rel.delta + spent[1]
+
+
+def _release_phrases(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str, Any]],
+                     unit: PrivacyUnit, person_field: str | None,
+                     ) -> tuple[list[LedgerEntry], dict[str, PhraseVocabulary],
+                                tuple[float, float]]:
+    """The DP phrase vocabulary of each free-text field without a codebook, at
+    ``phrase_share`` of the counts' epsilon and half their delta, split evenly over the
+    fields; fields where OpenDP released no phrase get no topic column. Returns the ledger
+    entries, the vocabularies and the (epsilon, delta) OpenDP reports spent."""
+    fields = cfg.phrase_fields(schema)
+    if not fields:
+        return [], {}, (0.0, 0.0)
+    c = cfg.counts
+    eps = cfg.budget.counts_epsilon * c.phrase_share / len(fields)
+    delta = cfg.counts_delta / 2 / len(fields)
+    ids = (pl.Series([str(r[person_field]) for r in priv_rows]) if person_field else None)
+    deny, deny_sha = read_denylist(c.deny) if c.deny is not None else (frozenset(), None)
+    entries, vocab, spent = [], {}, [0.0, 0.0]
+    for name in fields:
+        kind = term_kind(schema.field(name).max_length)
+        per_unit = c.phrases_per_unit if kind == "phrases" else c.keywords_per_unit
+        v = release_phrases(name, pl.Series([r.get(name) for r in priv_rows], dtype=pl.String),
+                            unit, ids, eps, delta, per_unit, c.max_phrases, kind, deny)
+        spent[0] += v.epsilon
+        spent[1] += v.delta
+        entries.append(LedgerEntry(
+            f"counts/{kind}/{name}", f"{v.mechanism} counts of the {kind} of normalised "
+            f"texts, released above OpenDP's threshold {v.threshold} ({len(v.phrases)} "
+            f"{kind})", PHRASES_CONSTRUCTOR, v.scale, v.epsilon, v.delta,
+            f"field '{name}': each unit counts for at most {v.per_unit} of its {kind}",
+            "sequential with the other count queries and the selection", "(epsilon, delta)-DP"))
+        if v.phrases:
+            vocab[name] = v
+    if deny_sha is not None:  # which denylist, never its lines
+        vocab = {n: replace(v, denylist={"sha256": deny_sha, "entries": len(deny)})
+                 for n, v in vocab.items()}
+    return entries, vocab, (spent[0], spent[1])
 
 
 def _uses_topics(cfg: ReleaseConfig, schema: Schema) -> bool:
@@ -238,7 +296,7 @@ def _private_classes(priv_rows: list[dict[str, Any]], schema: Schema, kernel: Ke
     for row in priv_rows:
         by_class[row[schema.label]].append(row)
     return PrivateClasses(
-        priv_features={c: kernel.featurize_private(rows)  # per row: one text at a time
+        priv_features={c: kernel.featurize_private(rows)  # each row's from that row alone
                        for c, rows in by_class.items() if rows},
         priv_unit_ids={c: [unit_id_of(r, schema, person_field) for r in rows]
                        for c, rows in by_class.items()})
@@ -303,6 +361,8 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                              "selection": budget.selection_share},
                    "counts": {"mode": counts_cfg.mode, "class_share": counts_cfg.class_share,
                               "topics": cfg.topics,
+                              "phrase_share": (counts_cfg.phrase_share
+                                               if cfg.phrase_fields(schema) else 0.0),
                               "delta": cfg.counts_delta,
                               "gamma": counts_cfg.gamma if counts_cfg.cohorts else 0.0,
                               "alpha": counts_cfg.alpha if counts_cfg.rates else 0.0,

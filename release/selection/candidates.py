@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from selpe_audit.artifact.model_block import Topics
 from selpe_audit.artifact.sampling import FieldSampler
 from selpe_audit.artifact.view import Counts
 from selpe_audit.errors import UserError
@@ -93,11 +94,16 @@ class LLMSource:
         self.writer = TextWriter(schema, self.llm, self.config)
         self.prompts = prompts
         self.fields: FieldSampler | None = None
+        self.vocab: dict[str, Topics] = {}
         self._calls = 0  # candidates are public: this seeds sampling, it is not DP noise
 
     def use_counts(self, counts: Counts) -> None:
-        """From now on, fields from the released counts and LLM-written free text only."""
+        """From now on, fields from the released counts and LLM-written free text only; a
+        free-text field with a DP vocabulary released in this run takes its topic from the
+        released topic x class counts (post-processing), and a phrase topic's text is the
+        phrase itself."""
         self.fields = FieldSampler(self.schema, counts)
+        self.vocab = {name: t for name, t in counts.topics.items() if t.source == "dp phrases"}
 
     def describe(self) -> dict[str, Any]:
         info = self.llm.info
@@ -142,7 +148,21 @@ class LLMSource:
         """Field ``f``'s text of every record, or a `UserError` (see the class)."""
         from selpe_audit.llm.text import Draft, example_hints
 
-        drafts = [Draft(i, r, example_hints(f, rng)) for i, r in enumerate(records)]
+        vocab = self.vocab.get(f.name)
+        if vocab is None:
+            drafts = [Draft(i, r, example_hints(f, rng)) for i, r in enumerate(records)]
+        else:
+            drafts = []
+            for i, r in enumerate(records):
+                topic = _draw_topic(vocab, self.schema.classes.index(class_value), rng)
+                members = list(vocab.anchors[topic].members)
+                if vocab.kind == "phrases" and topic < len(vocab.anchors) - 1 and \
+                        f.min_length <= len(members[0]) <= f.max_length:
+                    r[f.name] = members[0]  # a released phrase, as it was released
+                else:  # "other" or a keyword topic: the LLM writes from its released terms
+                    drafts.append(Draft(i, r, members[:3]))
+            if not drafts:
+                return
         for _ in range(TEXT_ROUNDS):
             drafts = self.writer.write(f, class_value, examples, drafts,
                                        int(rng.integers(1 << 32)))
@@ -152,6 +172,16 @@ class LLMSource:
             f"LLM candidates: the model wrote no acceptable '{f.name}' text for class "
             f"{class_value} in {TEXT_ROUNDS * self.config.max_attempts} attempts (each a "
             "placeholder or outside the length limits); try another --model")
+
+
+def _draw_topic(vocab: Topics, class_index: int, rng: np.random.Generator) -> int:
+    """A topic for a record of the class, proportional to the released topic x class counts
+    (clamped at 0; uniform when they all clamp, or when none were released)."""
+    k = len(vocab.anchors)
+    row = vocab.by_class[class_index] if class_index < len(vocab.by_class) else ()
+    w = np.clip(np.asarray(row[:k], dtype=np.float64), 0, None) if len(row) >= k else \
+        np.ones(k)
+    return int(rng.choice(k, p=w / w.sum())) if w.sum() > 0 else int(rng.integers(k))
 
 
 def read_pool(path: Path, schema: Schema) -> PoolSource:

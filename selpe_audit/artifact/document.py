@@ -102,7 +102,7 @@ _TOPICS = {"type": "object", "additionalProperties": {
     "type": "object", "required": ["k", "source", "anchors"],
     "properties": {
         "k": {"type": "integer", "minimum": 1},
-        "source": {"enum": ["public pool", "llm candidates"]},
+        "source": {"enum": ["public pool", "llm candidates", "dp phrases"]},
         "embedding_model": {"type": "string"},
         "texts_considered": {"type": "integer", "minimum": 0},
         "anchors": {"type": "array", "items": {

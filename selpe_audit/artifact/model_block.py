@@ -95,6 +95,8 @@ class Topics:
     texts_considered: Any
     anchors: tuple[TopicAnchor, ...]
     embeddings: tuple[Any, ...]
+    by_class: tuple[tuple[Any, ...], ...] = ()  # topic x class counts from the fitted model
+    kind: Any = None  # "phrases" or "keywords" for a DP vocabulary (source "dp phrases")
 
 
 def parse_model(raw: Any) -> CountsModel | None:
@@ -118,7 +120,9 @@ def parse_topics(raw: Any) -> dict[str, Topics]:
                            t.get("texts_considered"),
                            tuple(TopicAnchor(a.get("text"), _tuple(a.get("members")))
                                  for a in map(_dict, _tuple(t.get("anchors")))),
-                           _tuple(t.get("embeddings")))
+                           _tuple(t.get("embeddings")),
+                           tuple(_tuple(r) for r in _tuple(t.get("dp_counts_by_class"))),
+                           _dict(t.get("phrases")).get("kind"))
     return out
 
 

@@ -341,7 +341,10 @@ def _topics(view: ReleaseView) -> str:
         parts.append(
             f'<h3>Topics of <span class="mono">{_e(name)}</span></h3>'
             + _kv([("k", tp.k), ("source", tp.source), ("embedding model", tp.embedding_model),
-                   ("texts considered", tp.texts_considered)])
+                   ("texts considered", tp.texts_considered)]
+                  + ([("vocabulary", f"{tp.kind} released by OpenDP with noisy counts "
+                       "(see the ledger); the last topic is every other text")]
+                     if tp.source == "dp phrases" else []))
             + _table(["topic", "anchor text (public)", "members", "member texts (public)"], rows)
             + f"<details><summary>{len(tp.embeddings)} anchor embeddings (public vectors of "
             f"the anchor texts)</summary><pre>{_e(_json(list(tp.embeddings)))}</pre></details>")
@@ -349,7 +352,10 @@ def _topics(view: ReleaseView) -> str:
         return ""
     return _section("topics", "Topics (public codebooks of the free-text fields)",
                     "<p>Topic j of a model column <code>topic:FIELD</code> is anchor j; every "
-                    "text here is public (from the public pool or LLM candidates).</p>"
+                    "text here is public (from the public pool or LLM candidates), or a phrase "
+                    "or keyword of the private texts that OpenDP released above its threshold "
+                    "(source <code>dp phrases</code>): read each one; reject one with "
+                    "<code>[counts] deny</code> and release again.</p>"
                     + "".join(parts))
 
 

@@ -171,7 +171,7 @@ def review_warnings(doc: Mapping[str, Any] | ReleaseView) -> list[ReviewWarning]
     """Every warning for the document, in the order the page shows its sections."""
     view = as_view(doc)
     return [*_schema_warnings(view), *_unit_warnings(view), *_epsilon_warnings(view),
-            *_exemplar_warnings(view), *_count_warnings(view)]
+            *_exemplar_warnings(view), *_phrase_warnings(view), *_count_warnings(view)]
 
 
 def as_view(doc: Mapping[str, Any] | ReleaseView) -> ReleaseView:
@@ -289,6 +289,26 @@ def _exemplar_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
             for pattern, match in personal_data_hits(text):
                 yield ReviewWarning("personal data", f"{where}, field {path}",
                                     f"looks like a {pattern}: '{match}'")
+
+
+#: a released phrase holding a number this long may be an id, a date or a phone number
+_LONG_NUMBER = re.compile(r"\d{4,}")
+
+
+def _phrase_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
+    """Released phrases and keywords (lower-cased, so the name patterns rarely fire) that
+    look like personal data: the reviewer rejects them with a denylist and re-runs."""
+    for name, tp in view.counts.topics.items():
+        if tp.source != "dp phrases":
+            continue
+        for j, a in enumerate(tp.anchors[:-1]):  # the last is "other", not a text
+            text = str(a.text)
+            where = f"counts.topics.{name}, {tp.kind or 'phrase'} {j}"
+            for pattern, match in personal_data_hits(text):
+                yield ReviewWarning("personal data", where, f"looks like a {pattern}: '{match}'")
+            if (m := _LONG_NUMBER.search(text)) is not None:
+                yield ReviewWarning("personal data", where,
+                                    f"holds a number that could be an id: '{m.group()}'")
 
 
 def exemplars(view: ReleaseView) -> Iterator[Exemplar]:

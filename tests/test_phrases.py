@@ -1,0 +1,195 @@
+"""The DP phrase vocabulary (issue 31 item 1): OpenDP's partition selection over normalised
+texts; a phrase one person holds never comes out, a phrase many hold does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import ROOT, with_settings
+
+from decode.model import ModelDecoder
+from decode.pipeline import DecodeSettings, run_decode
+from decode.released import released_view
+from release.config import load_config
+from release.opendp_mechanisms import PrivacyUnit
+from release.phrases import normalise, release_phrases
+from release.pipeline import run_release
+from selpe_audit.artifact.document import read_release
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.schema import demo_schema_path
+
+CANARY = "CANARY-7f3a held by one person"
+COMMON = ["Chest pain", "chest  pain.", "FEVER", "cough", "Headache!"]
+
+
+def _rows(n: int, canary_rows: int) -> tuple[list[str], list[str]]:
+    texts = [COMMON[i % len(COMMON)] for i in range(n)] + [CANARY] * canary_rows
+    ids = [f"p{i % (n // 4)}" for i in range(n)] + ["canary-person"] * canary_rows
+    return texts, ids
+
+
+def test_normalise_is_public_and_per_text():
+    assert normalise("  Chest   PAIN. ") == normalise("chest pain") == "chest pain"
+    assert normalise("(fever)") == "fever" and normalise("") == normalise(None) == ""
+    assert normalise("ＦＥＶＥＲ") == "fever"  # NFKC: full-width letters fold
+    assert normalise("pain - left arm") == "pain - left arm"  # inner punctuation stays
+
+
+def test_a_phrase_one_person_holds_in_many_rows_is_never_released():
+    """The canary person writes the canary in 30 rows (more than the bound of 10): counted
+    once, it stays under OpenDP's threshold; the common phrases (hundreds of people) come
+    out, each once after normalisation, with noisy counts near the truth."""
+    texts, ids = _rows(2_000, canary_rows=30)
+    for _ in range(5):  # the noise is never seeded: five draws
+        v = release_phrases("chief_complaint", pl.Series(texts), PrivacyUnit("pid", 10),
+                            pl.Series(ids), epsilon=1.0, delta=1e-6, per_unit=2)
+        assert normalise(CANARY) not in v.phrases and CANARY not in str(v.to_json())
+        assert set(v.phrases) == {"chest pain", "fever", "cough", "headache"}
+        assert v.threshold > 1 and v.scale == pytest.approx(2.0)  # 2 phrases per person
+        assert v.epsilon <= 1.0 + 1e-9 and 0 < v.delta <= 1e-6
+        assert list(v.dp_counts) == sorted(v.dp_counts, reverse=True)
+
+
+def test_row_unit_counts_rows_and_codes_every_text():
+    texts, _ = _rows(1_000, canary_rows=1)
+    v = release_phrases("chief_complaint", pl.Series(texts), PrivacyUnit(), None,
+                        epsilon=1.0, delta=1e-6)
+    assert v.per_unit == 1 and v.scale == pytest.approx(1.0)
+    chest = v.phrases.index("chest pain")
+    assert abs(v.dp_counts[chest] - 400) < 40  # 2 of 5 spellings, Laplace scale 1
+    assert v.code("CHEST PAIN") == chest and v.code(CANARY) == v.k - 1 == len(v.phrases)
+    assert v.code(None) == v.k - 1
+    doc = v.to_json()
+    assert doc["k"] == v.k and doc["phrases"][0]["text"] == v.phrases[0]
+
+
+def test_a_person_counts_once_per_phrase_and_for_at_most_per_unit_phrases():
+    """200 people each write "fever" in 10 rows and "cough" once: a count is of people,
+    not rows (about 200, not 2,000); with per_unit 1 each person counts for one of the two
+    (the counts add up to about 200, not 400); OpenDP's noise grows with the phrases a
+    person may count for (its l1 sensitivity): scale per_unit / epsilon."""
+    texts = (["fever"] * 10 + ["cough"]) * 200
+    ids = [f"p{i // 11}" for i in range(len(texts))]
+    for per_unit in (1, 3):
+        v = release_phrases("cc", pl.Series(texts), PrivacyUnit("pid", 20), pl.Series(ids),
+                            epsilon=1.0, delta=1e-6, per_unit=per_unit)
+        assert v.scale == pytest.approx(per_unit) and v.per_unit == per_unit
+        counts = dict(zip(v.phrases, v.dp_counts, strict=True))
+        assert counts.get("fever", 0) < 240  # people, not rows
+        if per_unit == 1:  # one of each person's two phrases, at random
+            assert sum(counts.values()) == pytest.approx(200, abs=60)
+        else:
+            assert abs(counts["cough"] - 200) < 40
+
+
+def test_at_most_max_phrases_largest_first():
+    texts = [f"phrase {i % 6}" for i in range(3_000)]
+    v = release_phrases("cc", pl.Series(texts), PrivacyUnit(), None, epsilon=1.0,
+                        delta=1e-6, max_phrases=3)
+    assert len(v.phrases) == 3 and v.k == 4
+
+
+@pytest.mark.parametrize("kw", [{"epsilon": 0.0}, {"delta": 0.0}, {"per_unit": 0}])
+def test_bad_settings_are_refused(kw):
+    args = {"epsilon": 1.0, "delta": 1e-6, "per_unit": 1} | kw
+    with pytest.raises(ValueError):
+        release_phrases("cc", pl.Series(["a"]), PrivacyUnit(), None, **args)
+
+
+# ----- through the release: the default model path on a larger demo table -----------------
+
+CANARY_WORD = "zorblaxitis"  # one person's word, in several of that person's rows
+
+
+def _phrase_release(tmp: Path, key: Path) -> dict:
+    """A `fixed` release (counts only) of 2,500 demo rows: one person writes the canary
+    word in 6 rows; 600 other people write "sudden chest pain"."""
+    rows = generate_rows(2_500, seed=41)
+    for i, r in enumerate(rows[:600]):
+        r.update(patient_id=f"CP{i:05d}", chief_complaint="sudden chest pain")
+    for r in rows[600:606]:
+        r.update(patient_id="CANARY-PERSON", chief_complaint=f"{CANARY_WORD} of the left knee")
+    data = tmp / "rows.csv"
+    pl.DataFrame(rows).write_csv(data)
+    base = load_config(ROOT / "examples" / "release.toml", {
+        "release_key": key, "out": tmp / "out", "lifetime_ledger": tmp / "ledger",
+        "schema": demo_schema_path(), "enclave_log": tmp / "enclave.log"})
+    cfg = with_settings(base, data=data, counts_mode="fixed", cohorts=(), rates=())
+    return {"cfg": cfg, "doc": run_release(cfg).doc}
+
+
+@pytest.fixture(scope="module")
+def phrase_release(tmp_path_factory, keys):
+    return _phrase_release(tmp_path_factory.mktemp("phrases"), keys[0][0])
+
+
+def test_the_default_model_path_releases_a_keyword_vocabulary(phrase_release):
+    doc, cfg = phrase_release["doc"], phrase_release["cfg"]
+    topics = doc["counts"]["topics"]["chief_complaint"]
+    vocab = topics["phrases"]
+    assert topics["source"] == "dp phrases" and vocab["kind"] == "keywords"  # maxLength 120
+    assert "chest" in [p["text"] for p in vocab["phrases"]]  # 600 people lead with it
+    assert topics["anchors"][-1]["text"] == "(other)" and topics["k"] == len(vocab["phrases"]) + 1
+    assert len(topics["dp_counts_by_class"]) == 5
+    (entry,) = [e for e in doc["ledger"]["entries"] if e["id"].startswith("counts/keywords/")]
+    share = cfg.budget.counts_epsilon * cfg.counts.phrase_share
+    assert entry["epsilon"] == pytest.approx(share) and 0 < entry["delta"] <= cfg.counts_delta / 2
+    assert doc["ledger"]["total_epsilon"] <= cfg.budget.epsilon * (1 + 1e-9)
+    assert doc["ledger"]["total_delta"] <= cfg.release_delta * (1 + 1e-9)
+    assert doc["budget"]["counts"]["phrase_share"] == cfg.counts.phrase_share
+    model_cols = [c["name"] for c in doc["counts"]["model"]["columns"]]
+    assert "topic:chief_complaint" in model_cols
+
+
+@pytest.mark.slow
+def test_a_word_one_person_holds_reaches_no_output(phrase_release, tmp_path, keys):
+    """The canary word (one person, six rows) is in no file the release writes (artifact,
+    signatures, review page) and in no decoded record."""
+    cfg = phrase_release["cfg"]
+    out = tmp_path / "synthetic.csv"
+    run_decode(cfg.out, [keys[0][1]], 0, out, DecodeSettings(n=300, decoder="model"))
+    files = [p for p in cfg.out.rglob("*") if p.is_file()] + [out]
+    assert len(files) >= 3
+    for p in files:
+        assert CANARY_WORD not in p.read_text(errors="replace").lower(), p
+    texts = pl.read_csv(out)["chief_complaint"].to_list()
+    assert any("chest" in t for t in texts)
+
+
+def test_the_model_decoder_draws_other_topic_texts_alike_in_every_class(phrase_release, keys):
+    """Issue 31 item 3: a record of topic "other" gets a released term drawn the same way
+    whatever its class (chi-square homogeneity across classes; a false failure has
+    probability 1e-4)."""
+    from scipy.stats import chi2_contingency
+
+    released = released_view(read_release(phrase_release["cfg"].out, [keys[0][1]]))
+    decoder = ModelDecoder(released, seed=3)
+    other = released.topics["chief_complaint"].k - 1
+    by_class: dict = {}
+    for c in released.classes:
+        for i in range(1_500):
+            rec, topics = decoder.draw(c, i)
+            if topics.get("chief_complaint") == other:
+                by_class.setdefault(c, []).append(rec["chief_complaint"])
+    texts = sorted({t for ts in by_class.values() for t in ts})
+    table = [[ts.count(t) for t in texts] for ts in by_class.values() if len(ts) >= 50]
+    assert len(table) >= 2 and len(texts) >= 2
+    assert chi2_contingency(table).pvalue > 1e-4
+
+
+def test_review_flags_a_released_term_that_looks_like_personal_data():
+    """The reviewer sees a warning on a released term holding a long number (an id?), and
+    none on plain words; "other" is not a text and is never flagged."""
+    from selpe_audit.review.view import review_warnings
+
+    topics = {"k": 3, "source": "dp phrases", "anchors": [
+        {"text": "fever", "members": ["fever"]},
+        {"text": "bed 40417", "members": ["bed 40417"]},
+        {"text": "(other)", "members": ["fever", "bed 40417"], "other": True}],
+        "phrases": {"kind": "phrases"}}
+    warnings = [w for w in review_warnings({"counts": {"topics": {"chief_complaint": topics}}})
+                if w.kind == "personal data"]
+    assert len(warnings) == 1 and "40417" in warnings[0].reason
+    assert "phrases 1" in warnings[0].where
