@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import opendp.prelude as dp
 import polars as pl
 from rich.console import Console
 from rich.table import Table
@@ -116,6 +117,7 @@ from release.opendp_mechanisms import (
     new_context,
     zcdp_budget,
 )
+from release.phrases import PHRASE_COL, phrase_measurement, term_frame
 from release.selection import PrivateClasses, get, selection_modes
 from release.selection.gaussian import GaussianVotesMode
 from selpe_audit.demo.generator import generate_rows
@@ -125,10 +127,12 @@ from selpe_audit.schema import Schema
 #: The Gaussian selection modes of the registry: each is audited through its statistics.
 GAUSSIAN_KINDS = tuple(m.descriptor.name for m in selection_modes()
                        if isinstance(m, GaussianVotesMode))
-KINDS = ("selection", "counts", *GAUSSIAN_KINDS, "model")
+KINDS = ("selection", "counts", "phrases", *GAUSSIAN_KINDS, "model")
 GAUSSIAN_RUNS = 1000
-DEFAULT_RUNS = {"selection": 2000, "counts": 1000,
+DEFAULT_RUNS = {"selection": 2000, "counts": 1000, "phrases": 1000,
                 **dict.fromkeys(GAUSSIAN_KINDS, GAUSSIAN_RUNS), "model": 1000}
+PHRASE = "fever"  # the audited phrase of `phrase_neighbours`
+PHRASE_UNITS = 300
 DEFAULT_DELTA = 1e-6  # the release's default for the Gaussian modes
 #: Exact loss of OpenDP's noisy max (exponential noise) on these utilities at eps = 1,
 #: scale 2: 0.83 with 2 candidates, 0.9999 with 10. Two candidates keep a correct mechanism
@@ -354,6 +358,40 @@ def counts_neighbours(schema: Schema, epsilon: float, field: str = COUNTS_FIELD,
                "calibrated_to_epsilon": eps_q, "opendp_epsilon_at_d_in_1": scales[0]}
     return Neighbours(name="counts", claimed_epsilon=epsilon, run_d=samplers[0],
                       run_dprime=samplers[1], output="scalar", details=details)
+
+
+def phrase_neighbours(epsilon: float, delta: float = DEFAULT_DELTA,
+                      calibrate_to: float | None = None,
+                      n_units: int = PHRASE_UNITS) -> Neighbours:
+    """The release's DP phrase vocabulary (`release.phrases`: the same frame, truncation,
+    OpenDP partition-selection query and calibration, built once per dataset and invoked per
+    run) at ``calibrate_to`` (default: the claim), row unit, on D (``n_units`` rows write
+    the phrase, as many write texts of their own) and D' = D + one canary row writing it.
+    The output is the phrase's released noisy count (0 when it stays under the threshold:
+    far above it here, so the audit sees the count's noise); the test is a threshold;
+    eps_LB uses the claimed delta (the threshold's share of the guarantee)."""
+    eps_cal = calibrate_to if calibrate_to is not None else epsilon
+    texts = [PHRASE] * n_units + [f"a text of its own {i}" for i in range(n_units)]
+    samplers, thresholds = [], []
+    for data in (texts, [*texts, PHRASE]):
+        frame = term_frame(pl.Series(data), PrivacyUnit(), None, "phrases").collect().lazy()
+        _, m = phrase_measurement(frame, eps_cal, delta, per_unit=1)
+        thresholds.append(int(dp.summarize_polars_measurement(m)["threshold"][0]))
+
+        def run(n: int, m: Any = m, frame: pl.LazyFrame = frame) -> np.ndarray:
+            def one() -> int:
+                out = m(frame).collect().filter(pl.col(PHRASE_COL) == PHRASE)["dp_count"]
+                return int(out.item()) if out.len() else 0
+            return np.fromiter((one() for _ in range(n)), dtype=np.int64, count=n)
+
+        samplers.append(run)
+    details = {"phrase_rows_in_D": n_units, "rows_in_D": 2 * n_units, "unit": "row",
+               "constructor": "release.phrases.phrase_measurement (opendp.extras.polars: "
+               "group_by(phrase).agg(dp.len()) with OpenDP's threshold)",
+               "calibrated_to_epsilon": eps_cal, "threshold": thresholds[0]}
+    return Neighbours(name="phrases", claimed_epsilon=epsilon, run_d=samplers[0],
+                      run_dprime=samplers[1], output="scalar", details=details,
+                      claimed_delta=delta)
 
 
 # ----- Gaussian selection modes: the noisy statistics of one round -------------------------

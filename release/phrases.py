@@ -163,15 +163,41 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
         raise ValueError("per_unit and max_phrases must be at least 1")
     if kind not in TERM_KINDS:
         raise ValueError(f"kind must be one of {', '.join(TERM_KINDS)}")
+    frame = term_frame(priv_texts, unit, unit_ids, kind)
+    ctx, measurement = phrase_measurement(frame, epsilon, delta, per_unit)
+    released = (ctx(measurement).collect()  # then post-processing: the reviewer's denylist
+                .filter(~pl.col(PHRASE_COL).is_in(sorted(deny)))
+                .sort(["dp_count", PHRASE_COL], descending=[True, False]).head(max_phrases))
+    summary = dp.summarize_polars_measurement(measurement)
+    spent = [sum(loss) for loss in zip(*ctx.current_privacy_loss(), strict=True)]
+    if spent[0] > epsilon * (1 + 1e-9) or spent[1] > delta * (1 + 1e-9):
+        raise RuntimeError("OpenDP accounting of the phrases exceeds their budget")
+    return PhraseVocabulary(
+        field=field, kind=kind, phrases=tuple(released[PHRASE_COL].to_list()),
+        dp_counts=tuple(int(c) for c in released["dp_count"].to_list()),
+        epsilon=float(spent[0]), delta=float(spent[1]),
+        scale=float(summary["scale"][0]), threshold=int(summary["threshold"][0]),
+        mechanism=str(summary["distribution"][0]), per_unit=per_unit)
+
+
+def term_frame(priv_texts: pl.Series, unit: PrivacyUnit, unit_ids: pl.Series | None,
+               kind: str) -> pl.LazyFrame:
+    """One row per (unit id, term) occurrence, rows in input order (private)."""
     person = unit.id_field is not None
     if person and unit_ids is None:
         raise ValueError("the person unit needs each row's person id")
     ids = unit_ids.cast(pl.String) if person else pl.Series(  # type: ignore[union-attr]
         [str(i) for i in range(len(priv_texts))])
-    frame = (pl.DataFrame({_UNIT_COL: ids,
-                           PHRASE_COL: priv_texts.map_elements(
-                               lambda t: terms(t, kind), return_dtype=pl.List(pl.String))})
-             .explode(PHRASE_COL).drop_nulls().lazy())
+    return (pl.DataFrame({_UNIT_COL: ids,
+                          PHRASE_COL: priv_texts.map_elements(
+                              lambda t: terms(t, kind), return_dtype=pl.List(pl.String))})
+            .explode(PHRASE_COL).drop_nulls().lazy())
+
+
+def phrase_measurement(frame: pl.LazyFrame, epsilon: float, delta: float,
+                       per_unit: int) -> tuple[dp.Context, dp.Measurement]:
+    """The OpenDP Context over a `term_frame` and its measurement at (epsilon, delta): the
+    release runs it once through the Context; the mechanism audit invokes it many times."""
     domain = dp.lazyframe_domain([dp.series_domain(name, dp.atom_domain(T=dp.String))
                                   for name in (_UNIT_COL, PHRASE_COL)])
     # a person (or a row) is one unit; its rows are bounded below, inside OpenDP
@@ -189,20 +215,7 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
     query = (ctx.query().truncate_per_group(1, by=[PHRASE_COL])
              .truncate_per_group(per_unit, keep="first")
              .group_by(PHRASE_COL).agg(dp.len(signed=False).alias("dp_count")))
-    measurement = _calibrated(ctx, query, epsilon, delta)
-    released = (ctx(measurement).collect()  # then post-processing: the reviewer's denylist
-                .filter(~pl.col(PHRASE_COL).is_in(sorted(deny)))
-                .sort(["dp_count", PHRASE_COL], descending=[True, False]).head(max_phrases))
-    summary = dp.summarize_polars_measurement(measurement)
-    spent = [sum(loss) for loss in zip(*ctx.current_privacy_loss(), strict=True)]
-    if spent[0] > epsilon * (1 + 1e-9) or spent[1] > delta * (1 + 1e-9):
-        raise RuntimeError("OpenDP accounting of the phrases exceeds their budget")
-    return PhraseVocabulary(
-        field=field, kind=kind, phrases=tuple(released[PHRASE_COL].to_list()),
-        dp_counts=tuple(int(c) for c in released["dp_count"].to_list()),
-        epsilon=float(spent[0]), delta=float(spent[1]),
-        scale=float(summary["scale"][0]), threshold=int(summary["threshold"][0]),
-        mechanism=str(summary["distribution"][0]), per_unit=per_unit)
+    return ctx, _calibrated(ctx, query, epsilon, delta)
 
 
 def _calibrated(ctx: dp.Context, query: Any, epsilon: float, delta: float) -> dp.Measurement:

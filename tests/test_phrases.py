@@ -193,3 +193,20 @@ def test_review_flags_a_released_term_that_looks_like_personal_data():
                 if w.kind == "personal data"]
     assert len(warnings) == 1 and "40417" in warnings[0].reason
     assert "phrases 1" in warnings[0].where
+
+
+@pytest.mark.audit
+def test_the_phrase_release_passes_the_mechanism_audit_and_a_factor_ten_is_caught():
+    """`audit mechanism --kind phrases`: the release's phrase measurement at epsilon 1 on D
+    and D' = D + one row writing the phrase. Correct: eps_LB within the claim at confidence
+    1 - 1e-4 (a false failure at most about 1e-4; 0.54 seen at 300 + 300 runs). Calibrated
+    to 10x the claim: eps_LB near 4.4 at the default confidence, far above 1."""
+    from audits import mechanism
+
+    good = mechanism.audit(mechanism.phrase_neighbours(1.0, 1e-6), runs=300,
+                           calibration_runs=300, confidence=1 - 1e-4)
+    assert good["passed"] and good["eps_lb"] <= 1.0
+    assert good["details"]["threshold"] > 1
+    bad = mechanism.audit(mechanism.phrase_neighbours(1.0, 1e-6, calibrate_to=10.0),
+                          runs=300, calibration_runs=300)
+    assert not bad["passed"] and bad["eps_lb"] > 2.0
