@@ -112,8 +112,8 @@ def terms(text: str | None, kind: str) -> list[str]:
 class PhraseVocabulary:
     """One free-text field's released terms (public), largest noisy count first; topic
     j < len(phrases) is term j, topic len(phrases) is "other". A text's topic is its phrase
-    (kind "phrases") or the first of its keywords in that order (kind "keywords"); a text
-    with none released is "other"."""
+    (kind "phrases") or, of its keywords, the released one with the largest noisy count
+    (kind "keywords"); a text with none released is "other"."""
 
     field: str
     kind: str
