@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from selpe_audit.artifact.model_block import Topics
-from selpe_audit.artifact.sampling import FieldSampler
+from selpe_audit.artifact.sampling import FieldSampler, shares
 from selpe_audit.artifact.view import Counts
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
@@ -179,9 +179,7 @@ def _draw_topic(vocab: Topics, class_index: int, rng: np.random.Generator) -> in
     (clamped at 0; uniform when they all clamp, or when none were released)."""
     k = len(vocab.anchors)
     row = vocab.by_class[class_index] if class_index < len(vocab.by_class) else ()
-    w = np.clip(np.asarray(row[:k], dtype=np.float64), 0, None) if len(row) >= k else \
-        np.ones(k)
-    return int(rng.choice(k, p=w / w.sum())) if w.sum() > 0 else int(rng.integers(k))
+    return int(rng.choice(k, p=shares(row[:k]) if len(row) >= k else None))
 
 
 def read_pool(path: Path, schema: Schema) -> PoolSource:
