@@ -39,6 +39,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from release.opendp_mechanisms import PrivacyUnit
+from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.errors import UserError
 
 CONSTRUCTOR = ("opendp.extras.polars: group_by(phrase).agg(dp.len()) with OpenDP's "
@@ -246,7 +247,7 @@ def _calibrated(ctx: dp.Context, query: Any, epsilon: float, delta: float) -> dp
 
 
 #: the artifact's ``counts.topics[field].source`` of a phrase vocabulary
-SOURCE = "dp phrases"
+SOURCE = DP_VOCABULARY
 #: the anchor text of the "other" topic (not a text any record is given)
 OTHER = "(other)"
 

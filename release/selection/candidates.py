@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from selpe_audit.artifact.model_block import Topics
+from selpe_audit.artifact.model_block import DP_VOCABULARY, Topics
 from selpe_audit.artifact.sampling import FieldSampler, shares
 from selpe_audit.artifact.view import Counts
 from selpe_audit.errors import UserError
@@ -103,7 +103,7 @@ class LLMSource:
         released topic x class counts (post-processing), and a phrase topic's text is the
         phrase itself."""
         self.fields = FieldSampler(self.schema, counts)
-        self.vocab = {name: t for name, t in counts.topics.items() if t.source == "dp phrases"}
+        self.vocab = {name: t for name, t in counts.topics.items() if t.source == DP_VOCABULARY}
 
     def describe(self) -> dict[str, Any]:
         info = self.llm.info

@@ -21,6 +21,7 @@ from jsonschema import Draft202012Validator
 from selpe_audit import __version__
 from selpe_audit.artifact import modes
 from selpe_audit.artifact.canonical import atomic_write_json, canonical_bytes
+from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.artifact.signing import (
     SIGNATURES_DIR,
     Verification,
@@ -102,7 +103,7 @@ _TOPICS = {"type": "object", "additionalProperties": {
     "type": "object", "required": ["k", "source", "anchors"],
     "properties": {
         "k": {"type": "integer", "minimum": 1},
-        "source": {"enum": ["public pool", "llm candidates", "dp phrases"]},
+        "source": {"enum": ["public pool", "llm candidates", DP_VOCABULARY]},
         "embedding_model": {"type": "string"},
         "texts_considered": {"type": "integer", "minimum": 0},
         "anchors": {"type": "array", "items": {

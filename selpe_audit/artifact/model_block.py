@@ -20,6 +20,8 @@ from selpe_audit.schema import Schema
 MODEL_ALGORITHMS = ("fixed", "aim", "mst")
 COLUMN_KINDS = ("class", "categories", "bins", "topic")
 TOPIC_PREFIX = "topic:"
+#: ``counts.topics[field].source`` of a DP phrase or keyword vocabulary (`release.phrases`)
+DP_VOCABULARY = "dp phrases"
 
 
 def _dict(x: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 from selpe_audit.artifact.canonical import atomic_write_bytes, canonical_bytes
 from selpe_audit.artifact.document import read_release_unverified
 from selpe_audit.artifact.guarantees import protects
-from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
+from selpe_audit.artifact.model_block import DP_VOCABULARY, CountsModel, ModelMarginal
 from selpe_audit.artifact.modes import find_mode
 from selpe_audit.artifact.view import (
     Cohorts,
@@ -344,7 +344,7 @@ def _topics(view: ReleaseView) -> str:
                    ("texts considered", tp.texts_considered)]
                   + ([("vocabulary", f"{tp.kind} released by OpenDP with noisy counts "
                        "(see the ledger); the last topic is every other text")]
-                     if tp.source == "dp phrases" else []))
+                     if tp.source == DP_VOCABULARY else []))
             + _table(["topic", "anchor text (public)", "members", "member texts (public)"], rows)
             + f"<details><summary>{len(tp.embeddings)} anchor embeddings (public vectors of "
             f"the anchor texts)</summary><pre>{_e(_json(list(tp.embeddings)))}</pre></details>")

@@ -24,7 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import RELEASE_FILE
 from selpe_audit.artifact.guarantees import group_warning, protects
-from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
+from selpe_audit.artifact.model_block import DP_VOCABULARY, CountsModel, ModelMarginal
 from selpe_audit.artifact.signing import SIGNATURES_DIR, key_id, load_public_key
 from selpe_audit.artifact.view import Exemplar, ReleaseView, as_dict
 
@@ -299,7 +299,7 @@ def _phrase_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
     """Released phrases and keywords (lower-cased, so the name patterns rarely fire) that
     look like personal data: the reviewer rejects them with a denylist and re-runs."""
     for name, tp in view.counts.topics.items():
-        if tp.source != "dp phrases":
+        if tp.source != DP_VOCABULARY:
             continue
         for j, a in enumerate(tp.anchors[:-1]):  # the last is "other", not a text
             text = str(a.text)
