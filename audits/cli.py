@@ -277,8 +277,9 @@ def _run_mechanism(args: argparse.Namespace) -> int:
         elif kind in mechanism.GAUSSIAN_KINDS:
             nb = mechanism.gaussian_neighbours(schema, kind, args.epsilon, args.delta,
                                                args.calibrate_to)
-        elif kind == "phrases":
-            nb = mechanism.phrase_neighbours(args.epsilon, args.delta, args.calibrate_to)
+        elif kind in ("phrases", "keywords"):
+            nb = mechanism.phrase_neighbours(args.epsilon, args.delta, args.calibrate_to,
+                                             kind=kind)
         else:
             if args.field not in schema.field_names:
                 raise UserError(f"--field: the demo schema has no field '{args.field}'")

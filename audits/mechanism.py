@@ -127,11 +127,12 @@ from selpe_audit.schema import Schema
 #: The Gaussian selection modes of the registry: each is audited through its statistics.
 GAUSSIAN_KINDS = tuple(m.descriptor.name for m in selection_modes()
                        if isinstance(m, GaussianVotesMode))
-KINDS = ("selection", "counts", "phrases", *GAUSSIAN_KINDS, "model")
+KINDS = ("selection", "counts", "phrases", "keywords", *GAUSSIAN_KINDS, "model")
 GAUSSIAN_RUNS = 1000
-DEFAULT_RUNS = {"selection": 2000, "counts": 1000, "phrases": 1000,
+DEFAULT_RUNS = {"selection": 2000, "counts": 1000, "phrases": 1000, "keywords": 1000,
                 **dict.fromkeys(GAUSSIAN_KINDS, GAUSSIAN_RUNS), "model": 1000}
 PHRASE = "fever"  # the audited phrase of `phrase_neighbours`
+KEYWORD_TEXT, KEYWORDS = "fever and cough", ["fever", "cough"]  # its keyword case
 PHRASE_UNITS = 300
 DEFAULT_DELTA = 1e-6  # the release's default for the Gaussian modes
 #: Exact loss of OpenDP's noisy max (exponential noise) on these utilities at eps = 1,
@@ -361,35 +362,40 @@ def counts_neighbours(schema: Schema, epsilon: float, field: str = COUNTS_FIELD,
 
 
 def phrase_neighbours(epsilon: float, delta: float = DEFAULT_DELTA,
-                      calibrate_to: float | None = None,
-                      n_units: int = PHRASE_UNITS) -> Neighbours:
-    """The release's DP phrase vocabulary (`release.phrases`: the same frame, truncation,
-    OpenDP partition-selection query and calibration, built once per dataset and invoked per
-    run) at ``calibrate_to`` (default: the claim), row unit, on D (``n_units`` rows write
-    the phrase, as many write texts of their own) and D' = D + one canary row writing it.
-    The output is the phrase's released noisy count (0 when it stays under the threshold:
-    far above it here, so the audit sees the count's noise); the test is a threshold;
-    eps_LB uses the claimed delta (the threshold's share of the guarantee)."""
+                      calibrate_to: float | None = None, n_units: int = PHRASE_UNITS,
+                      kind: str = "phrases") -> Neighbours:
+    """The release's DP phrase or keyword vocabulary (`release.phrases`: the same frame,
+    truncation, OpenDP partition-selection query and calibration, built once per dataset and
+    invoked per run) at ``calibrate_to`` (default: the claim), row unit, on D (``n_units``
+    rows write the audited text, as many write texts of their own) and D' = D + one canary
+    row writing it. Phrases: the text is one phrase, one term per unit. Keywords: the text
+    holds two keywords and each unit counts for 2 (the release's default), so the canary
+    moves two counts. The output is the sum of the audited terms' released noisy counts (0
+    for a term under the threshold: far above it here, so the audit sees the counts' noise);
+    the test is a threshold; eps_LB uses the claimed delta (the threshold's share)."""
     eps_cal = calibrate_to if calibrate_to is not None else epsilon
-    texts = [PHRASE] * n_units + [f"a text of its own {i}" for i in range(n_units)]
+    text, audited, per_unit = (PHRASE, [PHRASE], 1) if kind == "phrases" else \
+        (KEYWORD_TEXT, KEYWORDS, len(KEYWORDS))
+    texts = [text] * n_units + [f"a text of its own {i}" for i in range(n_units)]
     samplers, thresholds = [], []
-    for data in (texts, [*texts, PHRASE]):
-        frame = term_frame(pl.Series(data), PrivacyUnit(), None, "phrases").collect().lazy()
-        _, m = phrase_measurement(frame, eps_cal, delta, per_unit=1)
+    for data in (texts, [*texts, text]):
+        frame = term_frame(pl.Series(data), PrivacyUnit(), None, kind).collect().lazy()
+        _, m = phrase_measurement(frame, eps_cal, delta, per_unit=per_unit)
         thresholds.append(int(dp.summarize_polars_measurement(m)["threshold"][0]))
 
         def run(n: int, m: Any = m, frame: pl.LazyFrame = frame) -> np.ndarray:
             def one() -> int:
-                out = m(frame).collect().filter(pl.col(PHRASE_COL) == PHRASE)["dp_count"]
-                return int(out.item()) if out.len() else 0
+                out = m(frame).collect().filter(pl.col(PHRASE_COL).is_in(audited))
+                return int(out["dp_count"].sum())
             return np.fromiter((one() for _ in range(n)), dtype=np.int64, count=n)
 
         samplers.append(run)
-    details = {"phrase_rows_in_D": n_units, "rows_in_D": 2 * n_units, "unit": "row",
+    details = {"audited_terms": audited, "text_rows_in_D": n_units, "rows_in_D": 2 * n_units,
+               "unit": "row", "per_unit": per_unit,
                "constructor": "release.phrases.phrase_measurement (opendp.extras.polars: "
-               "group_by(phrase).agg(dp.len()) with OpenDP's threshold)",
+               "group_by(term).agg(dp.len()) with OpenDP's threshold)",
                "calibrated_to_epsilon": eps_cal, "threshold": thresholds[0]}
-    return Neighbours(name="phrases", claimed_epsilon=epsilon, run_d=samplers[0],
+    return Neighbours(name=kind, claimed_epsilon=epsilon, run_d=samplers[0],
                       run_dprime=samplers[1], output="scalar", details=details,
                       claimed_delta=delta)
 

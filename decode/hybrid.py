@@ -100,17 +100,17 @@ class HybridDecoder:
         base = chunk_seed(self.seed, self.released.class_index(class_value), chunk)
         examples = self.released.winners.get(class_value, [])[:POSITIVES]
         for f in self.text_fields:
-            drafts = [Draft(i, values, self._topic_texts(f, topics, class_value, i))
+            drafts = [Draft(i, values, self._topic_texts(f, values, topics, class_value, i))
                       for i, values, topics in drawn]
             self.writer.write(f, class_value, examples, drafts, base)
         return [values for _, values, _ in drawn]
 
-    def _topic_texts(self, f: Field, topics: dict[str, int], class_value: Any,
-                     index: int) -> list[str]:
+    def _topic_texts(self, f: Field, values: dict[str, Any], topics: dict[str, int],
+                     class_value: Any, index: int) -> list[str]:
         """Public texts of the record's topic for ``f``; without a topic column, a few of
         the schema's example texts (seeded by the record's place in the stream)."""
         if f.name not in topics:
             rng = np.random.default_rng(derive_seed(
                 self.seed, "examples", f.name, self.released.class_index(class_value), index))
             return example_hints(f, rng)
-        return self.model.topic_texts(f.name, topics[f.name])[:TOPIC_TEXTS]
+        return self.model.topic_hints(f.name, topics[f.name], values[f.name])[:TOPIC_TEXTS]

@@ -13,8 +13,9 @@ Per record of class c:
   both synthetic) drawn from every class's exemplars alike, so the text carries no label
   signal that the release does not (issue 31: one exemplar per class made the text predict
   the label perfectly). An artifact without exemplars (``selection: null``, a counts-only
-  release) has no public text to copy: the field gets the neutral placeholder
-  `PLACEHOLDER` (cut or padded to the field's length limits), and provenance says so.
+  release) copies one of the field's DP-released phrases or keywords instead (uniformly,
+  alike in every class), and without those the field gets the neutral placeholder
+  `PLACEHOLDER` (cut or padded to the field's length limits); provenance says which.
 
 Record i of class c is drawn from its own generator seeded by (seed, c, i), so the stream is
 the same however it is split into runs (a resumed decode continues it exactly).
@@ -28,11 +29,21 @@ from typing import Any
 import numpy as np
 
 from decode.released import Released
+from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.artifact.sampling import draw_value, field_probs
 from selpe_audit.schema import Field
 
 PLACEHOLDER = "not released"
 _STREAM = 1  # separates these seeds from the other seeded draws of a decode
+
+
+def _released_terms(released: Released, f: Field) -> list[str]:
+    """The field's DP-released phrases or keywords that fit its length limits (the members
+    of its "other" topic), or none."""
+    t = released.topics.get(f.name)
+    if t is None or t.source != DP_VOCABULARY or not t.anchors:
+        return []
+    return [m for m in t.anchors[-1].members if f.min_length <= len(m) <= f.max_length]
 
 
 def placeholder_text(f: Field) -> str:
@@ -53,6 +64,11 @@ class MarginalsDecoder:
         self._texts = {f.name: [r[f.name] for c in released.classes
                                 for r in released.exemplars(c)]
                        for f in self.schema.by_kind("text")}
+        self._source = {name: "exemplars" for name, texts in self._texts.items() if texts}
+        for f in self.schema.by_kind("text"):
+            terms = _released_terms(released, f)
+            if f.name not in self._source and terms:
+                self._texts[f.name], self._source[f.name] = terms, DP_VOCABULARY
         self.uses_placeholder = any(not texts for texts in self._texts.values())
         # the shared rule (`selpe_audit.artifact.sampling`): the release's LLM candidates
         # draw their fields from the same counts the same way
@@ -64,7 +80,8 @@ class MarginalsDecoder:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name,
-                "text_source": "placeholder" if self.uses_placeholder else "exemplars",
+                "text_source": {f.name: self._source.get(f.name, "placeholder")
+                                for f in self.schema.by_kind("text")},
                 "placeholder": PLACEHOLDER if self.uses_placeholder else None}
 
     def record(self, class_value: Any, i: int) -> dict[str, Any]:

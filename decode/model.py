@@ -12,8 +12,10 @@ survive, which independent per-field draws lose. Per record of class c:
   from the bin's grid points (`selpe_audit.bins.sample_in_bin`);
 - a free-text field with a topic column takes one of the topic's public member texts
   (uniformly; members outside the field's length limits are never used, and a topic with
-  none is never drawn); a free-text field without one gets the marginals decoder's text
-  (an exemplar of c, else the placeholder);
+  none is never drawn); a DP keyword field with several slot columns takes its slots'
+  released keywords together, as they fit (first slot "other": a released term, as
+  above); a free-text field without one gets the marginals decoder's text (an exemplar
+  of c, else the placeholder);
 - a field the model lacks is drawn as the marginals decoder draws it.
 
 Record i of class c uses its own generator seeded by (seed, stream, c's index, i), so the
@@ -63,7 +65,11 @@ class ModelDecoder:
         chain = Chain.fit(rebuild_model(block), allowed, label)
         self._chains: dict[Any, ClassChain] = {
             c: chain.given(k) for k, c in enumerate(released.classes)}
-        cols = {c.field: c.name for c in block.columns if c.kind != "class"}
+        cols = {c.field: c.name for c in block.columns if c.kind not in ("class", "topic")}
+        names = {c.name for c in block.columns}
+        self._slots = {f.name: [topic_column(f.name, s) for s in range(1, len(names) + 1)
+                                if topic_column(f.name, s) in names]
+                       for f in self.schema.by_kind("text")}
         self._plan = [(f, "label" if f.name == self.schema.label else
                        "text" if f.kind == "text" else "cell",
                        topic_column(f.name) if f.kind == "text" else cols.get(f.name))
@@ -120,14 +126,39 @@ class ModelDecoder:
                 out[f.name] = class_value
             elif how == "text":
                 pool = self._members[f.name][cells[col]] if col in cells else None
-                out[f.name] = pool[int(rng.integers(len(pool)))] if pool else \
-                    self._base.draw(f, class_value, rng)
+                words = self._keywords(f, cells) if pool else None
+                out[f.name] = words or (pool[int(rng.integers(len(pool)))] if pool else
+                                        self._base.draw(f, class_value, rng))
                 if pool:
                     topics[f.name] = cells[col]
             else:
                 j = cells[col] if col in cells else _pick(cdfs[f.name], rng.random())
                 out[f.name] = f.enum[j] if f.kind == "categorical" else sample_in_bin(f, j, rng)
         return out, topics
+
+    def _keywords(self, f: Field, cells: dict[str, int]) -> str | None:
+        """A keyword text: the released keywords of its slots, in slot order, as long as they
+        fit the field (a slot's "other" cell is none). Slot 1 "other" - a text with no
+        released keyword - is None: the caller draws a released term as for any "other"."""
+        slots = self._slots[f.name]
+        anchors = self.released.topics[f.name].anchors
+        other = len(anchors) - 1
+        if len(slots) < 2 or cells[slots[0]] == other:
+            return None
+        text = ""
+        for col in slots:
+            term = anchors[cells[col]].text if cells[col] != other else ""
+            longer = f"{text} {term}".strip()
+            if not set(term.split()) <= set(text.split()) and len(longer) <= f.max_length:
+                text = longer
+        return text if len(text) >= f.min_length else None
+
+    def topic_hints(self, field: str, topic: int, text: str) -> list[str]:
+        """Public texts the LLM is shown for a record's topic: a keyword record's own
+        released keywords (``text``, as the model wrote it), else the topic's members."""
+        if len(self._slots.get(field, ())) > 1 and topic != len(self._members[field]) - 1:
+            return [text]
+        return self.topic_texts(field, topic)
 
     def topic_texts(self, field: str, topic: int) -> list[str]:
         """The public member texts of a topic that fit the field (anchor text first)."""

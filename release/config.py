@@ -43,6 +43,7 @@ Example (``examples/release.toml``)::
     phrase_share = 0.2     # share of the counts' epsilon (and half their delta) it spends
     phrases_per_unit = 1   # phrases one person may count for (person unit)
     keywords_per_unit = 2  # keywords (words, then word pairs) one unit counts for (long text)
+    keyword_slots = 3      # a long text's topics: its first 3 released keywords (model columns)
     max_phrases = 64       # at most this many released phrases per field, largest first
     # deny = "phrases-deny.txt"  # a reviewer's rejected phrases/keywords, one per line: never
                            # released (its SHA-256 and size, not its lines, go in the artifact)
@@ -200,6 +201,7 @@ class CountsConfig:
     phrase_share: float = 0.2
     phrases_per_unit: int = 1
     keywords_per_unit: int = 2
+    keyword_slots: int = 3
     max_phrases: int = 64
     deny: Path | None = None
     aim_rounds: int = 8
@@ -222,9 +224,10 @@ class CountsConfig:
         if not isinstance(self.phrases, bool):
             raise UserError("config: counts.phrases must be true or false")
         if not 0 < self.phrase_share < 1 or min(self.phrases_per_unit, self.keywords_per_unit,
-                                                 self.max_phrases) < 1:
+                                                 self.keyword_slots, self.max_phrases) < 1:
             raise UserError("config: counts.phrase_share must be a share in (0, 1), and "
-                            "counts.phrases_per_unit, keywords_per_unit and max_phrases >= 1")
+                            "counts.phrases_per_unit, keywords_per_unit, keyword_slots and "
+                            "max_phrases >= 1")
         if not (0 <= self.gamma < 1 and 0 <= self.alpha < 1 and self.gamma + self.alpha < 1):
             raise UserError("config: counts.gamma and counts.alpha must be >= 0 with "
                             "gamma + alpha < 1 (the rest is for histograms)")
@@ -487,7 +490,7 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "privacy_unit": {k: ("privacy_unit", k) for k in ("unit", "id_field", "max_contributions")},
     "counts": {k: ("counts", k) for k in ("mode", "class_share", "topics", "phrases",
                                           "phrase_share", "phrases_per_unit", "keywords_per_unit",
-                                          "max_phrases", "deny",
+                                          "keyword_slots", "max_phrases", "deny",
                                           "aim_rounds", "gamma", "alpha", "n_min")},
     "selection": {k: ("selection", k) for k in (
         "mode", "rounds", "k", "batches", "q", "schedule", "candidates", "model", "gpu_layers",

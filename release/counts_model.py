@@ -21,6 +21,7 @@ decode never samples.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ from release.opendp_mechanisms import (
     to_approx_dp_of_rho,
     zcdp_budget,
 )
+from selpe_audit.artifact.model_block import topic_column
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
@@ -60,8 +62,9 @@ ZCDP_ACCOUNTING = "rho-zCDP"
 UPSTREAM_SLACK = 1e-9
 
 
-def topic_col(name: str) -> str:
-    return f"__topic_{name}"
+def topic_col(name: str, slot: int = 1) -> str:
+    """The private frame's column of a text field's topic code (in slot ``slot``)."""
+    return f"__topic_{name}" + (f"#{slot}" if slot > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,10 @@ class ModelColumn:
                 "keys": list(self.keys)}
 
 
-def model_columns(schema: Schema, topics: dict[str, int]) -> list[ModelColumn]:
-    """The class first, then every categorical or numeric field, then each text topic."""
+def model_columns(schema: Schema, topics: dict[str, int],
+                  slots: Mapping[str, int] | None = None) -> list[ModelColumn]:
+    """The class first, then every categorical or numeric field, then each text topic (a
+    keyword field: one per slot, ``slots[field]``)."""
     cols = [ModelColumn(schema.label, schema.label, "class", CLASS_COL,
                         tuple(str(c) for c in schema.classes))]
     for f in schema.record_fields:
@@ -89,8 +94,9 @@ def model_columns(schema: Schema, topics: dict[str, int]) -> list[ModelColumn]:
                                     "categories" if f.kind == "categorical" else "bins",
                                     key_col(f.name), tuple(public_values(f))))
     for name, k in topics.items():
-        cols.append(ModelColumn(f"topic:{name}", name, "topic", topic_col(name),
-                                tuple(str(j) for j in range(k))))
+        cols.extend(ModelColumn(topic_column(name, s), name, "topic", topic_col(name, s),
+                                tuple(str(j) for j in range(k)))
+                    for s in range(1, (slots or {}).get(name, 1) + 1))
     return cols
 
 
@@ -316,8 +322,9 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, cols: list[ModelColumn],
     for c in cols[1:]:
         proj = np.asarray(table.project((label, c.frame_col)))[:n_classes, :len(c.keys)]
         if c.kind == "topic":  # topic x class from the fitted model: candidates draw from it
-            topics[c.field]["dp_counts_by_class"] = [[round(float(v)) for v in row]
-                                                     for row in proj]
+            if c.name == topic_column(c.field):  # the first slot
+                topics[c.field]["dp_counts_by_class"] = [[round(float(v)) for v in row]
+                                                         for row in proj]
             continue
         f = schema.field(c.field)
         out["histograms"][c.field] = {

@@ -62,6 +62,19 @@ STOPWORDS = frozenset({
     "or", "our", "she", "so", "than", "that", "the", "their", "them", "then", "there", "they",
     "this", "to", "was", "we", "were", "what", "when", "which", "who", "will", "with", "you",
     "your", "x", "since", "after", "before", "about", "into", "over", "very", "just",
+    # function words that say nothing of a text's subject (pronouns, auxiliaries,
+    # conjunctions, determiners, degree words)
+    "if", "all", "while", "may", "can", "could", "would", "should", "might", "must", "shall",
+    "do", "does", "did", "done", "doing", "being", "am", "most", "more", "less", "least",
+    "too", "even", "though", "although", "only", "much", "many", "some", "any", "each",
+    "every", "both", "either", "neither", "those", "these", "such", "own", "same", "other",
+    "another", "out", "up", "down", "off", "again", "also", "yet", "still", "here", "where",
+    "why", "how", "whom", "whose", "him", "us", "itself", "himself", "herself",
+    "themselves", "ourselves", "yourself", "myself", "one's", "because", "until", "unless",
+    "whether", "through", "during", "without", "within", "between", "among", "against",
+    "upon", "onto", "rather", "quite", "almost", "enough", "ever", "never", "now",
+    "re", "ve", "ll", "don", "doesn", "didn", "isn", "aren", "wasn", "weren", "can't",
+    "don't", "doesn't", "didn't", "isn't", "it's", "there's",
 })
 
 
@@ -114,7 +127,12 @@ class PhraseVocabulary:
     """One free-text field's released terms (public), largest noisy count first; topic
     j < len(phrases) is term j, topic len(phrases) is "other". A text's topic is its phrase
     (kind "phrases") or, of its keywords, the released one with the largest noisy count
-    (kind "keywords"); a text with none released is "other"."""
+    (kind "keywords"); a text with none released is "other".
+
+    A keyword text has ``slots`` topics (model columns): its first, second, ... released
+    keyword by noisy count, each skipped when its words are already in an earlier slot, and
+    "other" (here: none) for the slots left over. One keyword says what a text is about;
+    the next ones say more, and a decoder writes them together ("chest pain breath")."""
 
     field: str
     kind: str
@@ -127,6 +145,7 @@ class PhraseVocabulary:
     mechanism: str
     per_unit: int
     denylist: dict[str, Any] | None = None  # the reviewer's denylist: SHA-256 and size
+    slots: int = 1
 
     @property
     def k(self) -> int:
@@ -135,8 +154,20 @@ class PhraseVocabulary:
 
     def code(self, text: str | None) -> int:
         """The topic of a text (a function of it alone and the public vocabulary)."""
-        return min((self._index[t] for t in terms(text, self.kind) if t in self._index),
-                   default=len(self.phrases))
+        return self.codes(text)[0]
+
+    def codes(self, text: str | None) -> tuple[int, ...]:
+        """The text's topic in each slot (a function of it alone and the vocabulary)."""
+        other = len(self.phrases)
+        out: list[int] = []
+        words: set[str] = set()
+        for j in sorted({self._index[t] for t in terms(text, self.kind) if t in self._index}):
+            if len(out) == self.slots:
+                break
+            if not set(self.phrases[j].split()) <= words:
+                out.append(j)
+                words |= set(self.phrases[j].split())
+        return (*out, *[other] * (self.slots - len(out)))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {p: j for j, p in enumerate(self.phrases)})
@@ -149,19 +180,20 @@ class PhraseVocabulary:
                 "mechanism": self.mechanism, "constructor": CONSTRUCTOR,
                 "scale": self.scale, "threshold": self.threshold,
                 "epsilon": self.epsilon, "delta": self.delta, "per_unit": self.per_unit,
-                **({"denylist": self.denylist} if self.denylist else {})}
+                "slots": self.slots, **({"denylist": self.denylist} if self.denylist else {})}
 
 
 def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
                     unit_ids: pl.Series | None, epsilon: float, delta: float,
                     per_unit: int = 1, max_phrases: int = 64,
-                    kind: str = "phrases", deny: frozenset[str] = frozenset()) -> PhraseVocabulary:
+                    kind: str = "phrases", deny: frozenset[str] = frozenset(),
+                    slots: int = 1) -> PhraseVocabulary:
     """The DP vocabulary of one field (see module). ``unit_ids``: each row's person id as
     text (person unit), else None (each row its own unit). Private in, public out."""
     if not epsilon > 0 or not 0 < delta < 1:
         raise ValueError("phrases need epsilon > 0 and 0 < delta < 1")
-    if per_unit < 1 or max_phrases < 1:
-        raise ValueError("per_unit and max_phrases must be at least 1")
+    if min(per_unit, max_phrases, slots) < 1 or (kind == "phrases" and slots != 1):
+        raise ValueError("per_unit, max_phrases and slots must be at least 1 (phrases: 1 slot)")
     if kind not in TERM_KINDS:
         raise ValueError(f"kind must be one of {', '.join(TERM_KINDS)}")
     frame = term_frame(priv_texts, unit, unit_ids, kind)
@@ -178,7 +210,7 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
         dp_counts=tuple(int(c) for c in released["dp_count"].to_list()),
         epsilon=float(spent[0]), delta=float(spent[1]),
         scale=float(summary["scale"][0]), threshold=int(summary["threshold"][0]),
-        mechanism=str(summary["distribution"][0]), per_unit=per_unit)
+        mechanism=str(summary["distribution"][0]), per_unit=per_unit, slots=slots)
 
 
 def term_frame(priv_texts: pl.Series, unit: PrivacyUnit, unit_ids: pl.Series | None,

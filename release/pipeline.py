@@ -219,12 +219,13 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str
                       dtype=pl.UInt32)
             for name, cb in codebooks.items())
         del encoder
-    if vocab:  # a row's topic: its own text's phrase, else "other"
+    for name, v in vocab.items():  # a row's topics: its own text's phrase or keywords
+        codes = [v.codes(r.get(name)) for r in priv_rows]
         frame = frame.with_columns(
-            pl.Series(counts_model.topic_col(name), [v.code(r.get(name)) for r in priv_rows],
+            pl.Series(counts_model.topic_col(name, s + 1), [c[s] for c in codes],
                       dtype=pl.UInt32)
-            for name, v in vocab.items())
-    cols = counts_model.model_columns(schema, topics)
+            for s in range(v.slots))
+    cols = counts_model.model_columns(schema, topics, {n: v.slots for n, v in vocab.items()})
     budget = (cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
     rel = counts_model.release_model(frame, unit, schema, cfg, cols, budget)
     topic_json = {name: cb.to_json() for name, cb in codebooks.items()}
@@ -253,9 +254,10 @@ def _release_phrases(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[st
     entries, vocab, spent = [], {}, [0.0, 0.0]
     for name in fields:
         kind = term_kind(schema.field(name).max_length)
-        per_unit = c.phrases_per_unit if kind == "phrases" else c.keywords_per_unit
+        per_unit, slots = (c.phrases_per_unit, 1) if kind == "phrases" else \
+            (c.keywords_per_unit, c.keyword_slots)
         v = release_phrases(name, pl.Series([r.get(name) for r in priv_rows], dtype=pl.String),
-                            unit, ids, eps, delta, per_unit, c.max_phrases, kind, deny)
+                            unit, ids, eps, delta, per_unit, c.max_phrases, kind, deny, slots)
         spent[0] += v.epsilon
         spent[1] += v.delta
         entries.append(LedgerEntry(

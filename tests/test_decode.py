@@ -208,7 +208,7 @@ def test_marginals_decode_of_a_counts_only_artifact(counts_art, keys, tmp_path):
     assert doc["artifact"]["sha256"] == read_release(counts_art, [pub]).sha256
     assert doc["artifact"]["verified_key_ids"] == [rel_key_id(counts_art)]
     assert doc["validity"]["share_valid"] == 1.0
-    assert doc["decoder"]["text_source"] == "placeholder"
+    assert doc["decoder"]["text_source"] == {"chief_complaint": "placeholder"}
     assert doc["selection"]["select_top"].startswith("skipped")
     assert doc["fidelity"]["tvd_to_released"]["histograms_mean"] < \
         doc["fidelity"]["candidates_tvd_to_released"]["histograms_mean"]
@@ -261,7 +261,7 @@ def test_marginals_decode_of_a_pool_artifact_with_select_top(pool_art, keys, tmp
     assert {r["chief_complaint"] for r in records} <= texts  # text only from exemplars
     assert doc["selection"]["select_top"] == "applied"
     assert doc["embedder"]["matches_artifact"] is True
-    assert doc["decoder"]["text_source"] == "exemplars"
+    assert doc["decoder"]["text_source"] == {"chief_complaint": "exemplars"}
     assert sum(doc["rows_per_class"].values()) == 30
 
 

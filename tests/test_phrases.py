@@ -14,7 +14,7 @@ from decode.pipeline import DecodeSettings, run_decode
 from decode.released import released_view
 from release.config import load_config
 from release.opendp_mechanisms import PrivacyUnit
-from release.phrases import normalise, release_phrases
+from release.phrases import PhraseVocabulary, normalise, release_phrases
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.demo.generator import generate_rows
@@ -91,6 +91,19 @@ def test_at_most_max_phrases_largest_first():
     assert len(v.phrases) == 3 and v.k == 4
 
 
+def test_a_keyword_text_fills_its_slots_by_noisy_count_skipping_covered_words():
+    """Slot s is the text's s-th released keyword by noisy count; a pair whose words an
+    earlier slot holds is skipped; slots left over (and every slot of a text with no
+    released keyword) are "other"."""
+    v = PhraseVocabulary("cc", "keywords", ("pain", "chest", "chest pain", "breath", "cough"),
+                         (90, 80, 70, 60, 50), 1.0, 1e-6, 2.0, 30, "laplace", 2, slots=3)
+    other = v.k - 1
+    assert v.codes("Chest pain and shortness of breath") == (0, 1, 3)
+    assert v.codes("breath") == (3, other, other) and v.code("breath") == 3
+    assert v.codes("a rash") == (other,) * 3 == v.codes(None)
+    assert v.to_json()["slots"] == 3
+
+
 @pytest.mark.parametrize("kw", [{"epsilon": 0.0}, {"delta": 0.0}, {"per_unit": 0}])
 def test_bad_settings_are_refused(kw):
     args = {"epsilon": 1.0, "delta": 1e-6, "per_unit": 1} | kw
@@ -140,7 +153,27 @@ def test_the_default_model_path_releases_a_keyword_vocabulary(phrase_release):
     assert doc["ledger"]["total_delta"] <= cfg.release_delta * (1 + 1e-9)
     assert doc["budget"]["counts"]["phrase_share"] == cfg.counts.phrase_share
     model_cols = [c["name"] for c in doc["counts"]["model"]["columns"]]
-    assert "topic:chief_complaint" in model_cols
+    assert vocab["slots"] == cfg.counts.keyword_slots == 3
+    assert {"topic:chief_complaint", "topic:chief_complaint#2",
+            "topic:chief_complaint#3"} <= set(model_cols)
+
+
+def test_the_model_decoder_writes_a_keyword_records_slots_together(phrase_release, keys):
+    """A keyword record's text is its slots' released keywords (several in some records),
+    never a word the vocabulary lacks; the LLM is shown that text as the record's topic."""
+    released = released_view(read_release(phrase_release["cfg"].out, [keys[0][1]]))
+    decoder = ModelDecoder(released, seed=5)
+    words = {w for a in released.topics["chief_complaint"].anchors[:-1] for w in a.text.split()}
+    lengths = []
+    for i in range(300):
+        rec, topics = decoder.draw(1, i)
+        text = rec["chief_complaint"]
+        assert set(text.split()) <= words, text
+        lengths.append(len(text.split()))
+        if topics["chief_complaint"] != released.topics["chief_complaint"].k - 1:
+            assert decoder.topic_hints("chief_complaint", topics["chief_complaint"],
+                                       text) == [text]
+    assert max(lengths) >= 2 and min(lengths) == 1
 
 
 @pytest.mark.slow
@@ -179,6 +212,26 @@ def test_the_model_decoder_draws_other_topic_texts_alike_in_every_class(phrase_r
     assert chi2_contingency(table).pvalue > 1e-4
 
 
+def test_the_marginals_decoder_copies_released_terms_alike_in_every_class(phrase_release,
+                                                                          keys):
+    """Without exemplars (a counts-only release) the marginals decoder's text is a released
+    term, drawn the same way in every class (chi-square homogeneity; false failure 1e-4)."""
+    from scipy.stats import chi2_contingency
+
+    from decode.marginals import MarginalsDecoder
+
+    released = released_view(read_release(phrase_release["cfg"].out, [keys[0][1]]))
+    decoder = MarginalsDecoder(released, seed=4)
+    terms = set(released.topics["chief_complaint"].anchors[-1].members)
+    by_class = {c: [decoder.record(c, i)["chief_complaint"] for i in range(400)]
+                for c in released.classes}
+    assert set().union(*by_class.values()) <= terms
+    assert decoder.describe()["text_source"] == {"chief_complaint": "dp phrases"}
+    texts = sorted(terms)
+    assert chi2_contingency([[ts.count(t) for t in texts] for ts in by_class.values()]
+                            ).pvalue > 1e-4
+
+
 def test_review_flags_a_released_term_that_looks_like_personal_data():
     """The reviewer sees a warning on a released term holding a long number (an id?), and
     none on plain words; "other" is not a text and is never flagged."""
@@ -196,17 +249,20 @@ def test_review_flags_a_released_term_that_looks_like_personal_data():
 
 
 @pytest.mark.audit
-def test_the_phrase_release_passes_the_mechanism_audit_and_a_factor_ten_is_caught():
-    """`audit mechanism --kind phrases`: the release's phrase measurement at epsilon 1 on D
-    and D' = D + one row writing the phrase. Correct: eps_LB within the claim at confidence
-    1 - 1e-4 (a false failure at most about 1e-4; 0.54 seen at 300 + 300 runs). Calibrated
-    to 10x the claim: eps_LB near 4.4 at the default confidence, far above 1."""
+@pytest.mark.parametrize("kind", ["phrases", "keywords"])
+def test_the_phrase_release_passes_the_mechanism_audit_and_a_factor_ten_is_caught(kind):
+    """`audit mechanism --kind phrases|keywords`: the release's measurement at epsilon 1 on
+    D and D' = D + one row writing the audited text (keywords: two terms, two per unit).
+    Correct: eps_LB within the claim at confidence 1 - 1e-4 (a false failure at most about
+    1e-4; phrases 0.54 seen at 300 + 300 runs). Calibrated to 10x the claim: eps_LB far
+    above 1 at the default confidence (phrases near 4.4)."""
     from audits import mechanism
 
-    good = mechanism.audit(mechanism.phrase_neighbours(1.0, 1e-6), runs=300,
+    good = mechanism.audit(mechanism.phrase_neighbours(1.0, 1e-6, kind=kind), runs=300,
                            calibration_runs=300, confidence=1 - 1e-4)
     assert good["passed"] and good["eps_lb"] <= 1.0
     assert good["details"]["threshold"] > 1
-    bad = mechanism.audit(mechanism.phrase_neighbours(1.0, 1e-6, calibrate_to=10.0),
+    bad = mechanism.audit(mechanism.phrase_neighbours(1.0, 1e-6, calibrate_to=10.0,
+                                                      kind=kind),
                           runs=300, calibration_runs=300)
     assert not bad["passed"] and bad["eps_lb"] > 2.0

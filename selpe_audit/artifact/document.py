@@ -110,6 +110,9 @@ _TOPICS = {"type": "object", "additionalProperties": {
             "type": "object", "required": ["text", "members"],
             "properties": {"text": {"type": "string"}, "members": _STR_LIST}}},
         "embeddings": {"type": "array", "items": {"type": "array", "items": _NUM}},
+        "phrases": {"type": "object", "properties": {
+            "kind": {"enum": ["phrases", "keywords"]},
+            "slots": {"type": "integer", "minimum": 1}}},
     }}}
 _COUNTS = {"type": "object", "properties": {
     "mode": {"enum": ["marginals", "fixed", "aim", "mst"]},

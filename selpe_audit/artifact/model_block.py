@@ -37,9 +37,10 @@ def positive(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def topic_column(field: str) -> str:
-    """The model column of a free-text field's topic."""
-    return f"{TOPIC_PREFIX}{field}"
+def topic_column(field: str, slot: int = 1) -> str:
+    """The model column of a free-text field's topic ("topic:F"), or of its keyword slot
+    ``slot`` > 1 ("topic:F#2": a keyword text's second released keyword)."""
+    return f"{TOPIC_PREFIX}{field}" + (f"#{slot}" if slot > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class Topics:
     embeddings: tuple[Any, ...]
     by_class: tuple[tuple[Any, ...], ...] = ()  # topic x class counts from the fitted model
     kind: Any = None  # "phrases" or "keywords" for a DP vocabulary (source "dp phrases")
+    slots: Any = 1  # model columns of the field's topic (a keyword vocabulary: several)
 
 
 def parse_model(raw: Any) -> CountsModel | None:
@@ -124,7 +126,8 @@ def parse_topics(raw: Any) -> dict[str, Topics]:
                                  for a in map(_dict, _tuple(t.get("anchors")))),
                            _tuple(t.get("embeddings")),
                            tuple(_tuple(r) for r in _tuple(t.get("dp_counts_by_class"))),
-                           _dict(t.get("phrases")).get("kind"))
+                           _dict(t.get("phrases")).get("kind"),
+                           _dict(t.get("phrases")).get("slots", 1))
     return out
 
 
@@ -170,8 +173,11 @@ def check_model(model: CountsModel, schema: Schema, topics: Mapping[str, Topics]
             t = topics.get(f.name)
             ok = (f.kind == "text" and t is not None and
                   c.keys == tuple(str(j) for j in range(len(t.anchors))))
+        slots = topics[f.name].slots if c.kind == "topic" and f.name in topics else 1
+        names = {topic_column(f.name, s) for s in range(1, slots + 1)} \
+            if isinstance(slots, int) else set()
         if not ok or (c.kind != "topic" and c.name != f.name) or \
-                (c.kind == "topic" and c.name != topic_column(f.name)):
+                (c.kind == "topic" and c.name not in names):
             raise ValueError(f"counts model column '{c.name}' differs from the schema")
 
 

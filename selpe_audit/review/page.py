@@ -343,7 +343,10 @@ def _topics(view: ReleaseView) -> str:
             + _kv([("k", tp.k), ("source", tp.source), ("embedding model", tp.embedding_model),
                    ("texts considered", tp.texts_considered)]
                   + ([("vocabulary", f"{tp.kind} released by OpenDP with noisy counts "
-                       "(see the ledger); the last topic is every other text")]
+                       "(see the ledger); the last topic is every other text"
+                       + (f"; a text's first {tp.slots} released keywords are its topics in "
+                          f"model columns topic:{name} to topic:{name}#{tp.slots}"
+                          if isinstance(tp.slots, int) and tp.slots > 1 else ""))]
                      if tp.source == DP_VOCABULARY else []))
             + _table(["topic", "anchor text (public)", "members", "member texts (public)"], rows)
             + f"<details><summary>{len(tp.embeddings)} anchor embeddings (public vectors of "
