@@ -54,6 +54,18 @@ def generate_keypair(private_path: str | Path, force: bool = False) -> tuple[Pat
     return priv_p, pub_p, key_id(key.public_key())
 
 
+#: Keys known to be public: this repository tracked ``keys/release.pem`` until December 2026,
+#: so anyone with a clone holds it; no signature by it proves anything.
+COMPROMISED_KEY_IDS = frozenset({"c84bfed9eaf6a9d4"})
+
+
+def _not_compromised(p: Path, public_key: Ed25519PublicKey) -> None:
+    if key_id(public_key) in COMPROMISED_KEY_IDS:
+        raise UserError(f"{p}: key {key_id(public_key)} was committed to the selpe-audit "
+                        "repository and is compromised; make a new one with 'selpe-audit "
+                        "keygen' and never trust this one")
+
+
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:
     p = Path(path)
     try:
@@ -68,6 +80,7 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
         raise UserError(f"{p}: not an unencrypted PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise UserError(f"{p}: not an Ed25519 key; make one with 'selpe-audit keygen'")
+    _not_compromised(p, key.public_key())
     return key
 
 
@@ -83,6 +96,7 @@ def load_public_key(path: str | Path) -> Ed25519PublicKey:
         raise UserError(f"{p}: not a PEM public key") from None
     if not isinstance(key, Ed25519PublicKey):
         raise UserError(f"{p}: not an Ed25519 public key")
+    _not_compromised(p, key)
     return key
 
 
