@@ -20,8 +20,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("artifact", type=Path, help="release artifact folder (holds release.json)")
     p.add_argument("--trust", type=Path, action="append", default=[], metavar="KEY.pub.pem",
                    help="public key you trust (repeatable): the release key, reviewers' keys")
+    p.add_argument("--release-key", type=Path, metavar="RELEASE.pub.pem",
+                   help="the releaser's public key: its signature is required, and approvals "
+                        "are the other trusted keys' signatures (needed with "
+                        "--require-approvals)")
     p.add_argument("--require-approvals", type=int, default=0, metavar="N",
-                   help="trusted reviewer signatures required besides the release key's")
+                   help="distinct trusted reviewer signatures required besides the release "
+                        "key's (--release-key)")
     p.add_argument("--n", type=int, required=True, help="synthetic rows to write")
     p.add_argument("--out", type=Path, required=True,
                    help="output file: .parquet, .csv or .jsonl")
@@ -93,10 +98,11 @@ def _run(args: argparse.Namespace) -> int:
         from decode.cluster import run_on_ray  # Ray only when asked for
 
         result = run_on_ray(args.artifact, args.trust, args.require_approvals, args.out,
-                            settings, args.ray or None, args.shards, con)
+                            settings, args.ray or None, args.shards, con,
+                            release_key=args.release_key)
     else:
         result = run_decode(args.artifact, args.trust, args.require_approvals, args.out,
-                            settings, con)
+                            settings, con, release_key=args.release_key)
     doc = result.provenance_doc
     t = Table(title=f"decoded {result.rows} rows into {result.out}")
     for col in ("class", "rows", "candidates"):

@@ -63,6 +63,7 @@ class ShardJob:
     require_approvals: int
     out: Path                 # the merged output; the part's file lies in its shard folder
     settings: DecodeSettings  # ``shard`` is this part
+    release_key: Path | None = None
 
     @property
     def part(self) -> Part:
@@ -76,13 +77,14 @@ def decode_shard(job: ShardJob) -> dict[str, Any]:
     part's provenance."""
     result = run_decode(job.artifact, list(job.trusted), job.require_approvals,
                         shard_path(job.out, job.part), job.settings, Console(quiet=True),
-                        reuse=True)
+                        reuse=True, release_key=job.release_key)
     return result.provenance_doc
 
 
 def run_on_ray(artifact: Path, trusted: list[Path], require_approvals: int, out: Path,
                settings: DecodeSettings, address: str | None, shards: int | None = None,
-               console: Console | None = None) -> DecodeResult:
+               console: Console | None = None, *,
+               release_key: Path | None = None) -> DecodeResult:
     """Decode ``settings.n`` rows in ``shards`` parts (default: one per GPU, or per CPU when
     decoding on CPUs, of the cluster) as Ray tasks on the cluster at ``address`` (None: a
     local Ray), then merge them into ``out``."""
@@ -94,9 +96,11 @@ def run_on_ray(artifact: Path, trusted: list[Path], require_approvals: int, out:
     output_format(out)
     artifact, out = artifact.resolve(), out.resolve()
     keys = tuple(k.resolve() for k in trusted)
+    release_key = release_key.resolve() if release_key is not None else None
     if settings.model is not None:
         settings = replace(settings, model=str(Path(settings.model).expanduser().resolve()))
-    rel = read_release(artifact, list(keys), require_approvals)  # refuse before submitting
+    rel = read_release(artifact, list(keys), require_approvals,  # refuse before submitting
+                       release_key)
     released = released_view(rel)
     check_writable(out)
     started = _connect(ray, address)
@@ -110,7 +114,7 @@ def run_on_ray(artifact: Path, trusted: list[Path], require_approvals: int, out:
                                                 max_retries=RETRIES)
         t0 = time.perf_counter()
         refs = {task.remote(ShardJob(artifact, keys, require_approvals, out,
-                                     replace(settings, shard=p.index))): p
+                                     replace(settings, shard=p.index), release_key)): p
                 for p in settings.parts}
         docs = _wait(ray, refs, _Watch(out, candidates), con)
         return merge_shards(out, released, [docs[i] for i in range(settings.shards)],

@@ -235,15 +235,19 @@ def _digest(binding: dict[str, Any]) -> str:
 
 def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out: Path,
                settings: DecodeSettings, console: Console | None = None, *,
-               reuse: bool = False, models: Models | None = None) -> DecodeResult:
+               reuse: bool = False, models: Models | None = None,
+               release_key: Path | None = None) -> DecodeResult:
     """Verify the artifact, then decode the parts ``settings`` asks for into ``out``: one part
     (the whole plan, or ``--shard I``) directly, several one after the other into their
     shard files, merged at the end. ``reuse``: keep a part whose output this very decode
     already wrote (a rerun, or a retried Ray task, skips it). The LLM and the embedder come
-    from ``models`` (default: the process's own, `selpe_audit.models.shared`)."""
+    from ``models`` (default: the process's own, `selpe_audit.models.shared`).
+    ``release_key``: the releaser's public key (required to count approvals)."""
     con = console or Console(stderr=True, highlight=False)
     output_format(out)
-    rel = read_release(artifact, list(trusted), require_approvals)
+    rel = read_release(artifact, list(trusted), require_approvals, release_key)
+    for kid in rel.verification.missing_key_ids:
+        con.print(f"trusted key {kid} has not signed {artifact}/release.json (not counted)")
     released = released_view(rel)
     check_writable(out)
     with con.status("loading models"):
@@ -358,6 +362,7 @@ def _provenance(rel: VerifiedRelease, released: Released, settings: DecodeSettin
                      "release_key_id": rel.doc["release_key_id"],
                      "verified_key_ids": list(rel.verification.valid_key_ids),
                      "approvals": list(rel.approvals),
+                     "unsigned_trusted_key_ids": list(rel.verification.missing_key_ids),
                      "epsilon": rel.doc["ledger"]["total_epsilon"]},
         "seed": settings.seed,
         "settings": {k: v for k, v in asdict(settings).items() if k not in ("model", "seed")},

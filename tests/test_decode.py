@@ -242,9 +242,13 @@ def test_approvals_are_required_and_recorded(counts_art, keys, tmp_path):
     for sig in (counts_art / "signatures").iterdir():
         (art / "signatures" / sig.name).write_bytes(sig.read_bytes())
     sign_file(art, RELEASE_FILE, rpriv)
-    doc = run_decode(art, [pub, rpub], 1, tmp_path / "x.jsonl",
-                     DecodeSettings(n=5, decoder="marginals")).provenance_doc
+    with pytest.raises(UserError, match="--release-key"):
+        run_decode(art, [pub, rpub], 1, tmp_path / "x.jsonl",
+                   DecodeSettings(n=5, decoder="marginals"))
+    doc = run_decode(art, [rpub], 1, tmp_path / "x.jsonl",
+                     DecodeSettings(n=5, decoder="marginals"), release_key=pub).provenance_doc
     assert doc["artifact"]["approvals"] == [rkid]
+    assert doc["artifact"]["unsigned_trusted_key_ids"] == []
 
 
 @pytest.mark.slow

@@ -290,13 +290,14 @@ def artifact(demo_artifact, tmp_path) -> Path:
 def test_approval_counts_only_with_the_reviewer_key_trusted(artifact, keys):
     (_, pub, _), (rpriv, rpub, rkid) = keys["release"], keys["reviewer"]
     with pytest.raises(UserError, match="0 approval"):
-        read_release(artifact, [pub], require_approvals=1)
-    r = cli("approve", str(artifact), "--key", str(rpriv), "--yes")
+        read_release(artifact, [], require_approvals=1, release_key=pub)
+    r = cli("approve", str(artifact), "--key", str(rpriv), "--release-key", str(pub), "--yes")
     assert r.returncode == 0, r.stderr
     assert (artifact / SIGNATURES_DIR / f"{rkid}.sig").exists()
-    assert read_release(artifact, [pub, rpub], require_approvals=1).approvals == (rkid,)
+    assert read_release(artifact, [rpub], require_approvals=1,
+                        release_key=pub).approvals == (rkid,)
     with pytest.raises(UserError, match="0 approval"):
-        read_release(artifact, [pub], require_approvals=1)
+        read_release(artifact, [pub], require_approvals=1, release_key=pub)
     statuses = signature_statuses(artifact, [pub, rpub], read_release_unverified(artifact)
                                   ["release_key_id"])
     assert sorted(s.status for s in statuses) == ["verified", "verified"]
@@ -304,12 +305,13 @@ def test_approval_counts_only_with_the_reviewer_key_trusted(artifact, keys):
 
 def test_approval_over_a_changed_file_does_not_count(artifact, keys):
     (_, pub, _), (rpriv, rpub, rkid) = keys["release"], keys["reviewer"]
-    assert cli("approve", str(artifact), "--key", str(rpriv), "--yes").returncode == 0
+    assert cli("approve", str(artifact), "--key", str(rpriv), "--release-key", str(pub),
+               "--yes").returncode == 0
     path = artifact / RELEASE_FILE
     data = path.read_bytes()
     path.write_bytes(data.replace(b"ed_triage_demo", b"ed_triage_demX", 1))
     with pytest.raises(UserError, match="does not verify"):
-        read_release(artifact, [pub, rpub], require_approvals=1)
+        read_release(artifact, [rpub], require_approvals=1, release_key=pub)
     with pytest.raises(UserError, match="does not verify"):
         read_release(artifact, [rpub])
     doc = read_release_unverified(artifact)
@@ -319,15 +321,32 @@ def test_approval_over_a_changed_file_does_not_count(artifact, keys):
 
 
 def test_approve_refuses_the_release_key(artifact, keys):
-    r = cli("approve", str(artifact), "--key", str(keys["release"][0]), "--yes")
+    r = cli("approve", str(artifact), "--key", str(keys["release"][0]), "--release-key",
+            str(keys["release"][1]), "--yes")
     assert r.returncode != 0
     assert r.stderr.count("\n") == 1 and "different key" in r.stderr
     assert "Traceback" not in r.stderr
     assert len(list((artifact / SIGNATURES_DIR).glob("*.sig"))) == 1
 
 
+@pytest.mark.parametrize("damage", ["deleted", "garbage"])
+def test_approve_refuses_without_a_valid_release_signature(artifact, keys, damage):
+    """Nothing is shown or signed unless the named release key signed these bytes."""
+    sig = artifact / SIGNATURES_DIR / f"{keys['release'][2]}.sig"
+    if damage == "deleted":
+        sig.unlink()
+    else:
+        sig.write_bytes(b"not a signature")
+    r = cli("approve", str(artifact), "--key", str(keys["reviewer"][0]), "--release-key",
+            str(keys["release"][1]), "--yes")
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "release key" in r.stderr or "does not verify" in r.stderr
+    assert not (artifact / SIGNATURES_DIR / f"{keys['reviewer'][2]}.sig").exists()
+
+
 def test_approve_without_a_terminal_needs_yes(artifact, keys):
-    r = cli("approve", str(artifact), "--key", str(keys["reviewer"][0]))
+    r = cli("approve", str(artifact), "--key", str(keys["reviewer"][0]), "--release-key",
+            str(keys["release"][1]))
     assert r.returncode != 0
     assert r.stderr.count("\n") == 1 and "--yes" in r.stderr
     assert len(list((artifact / SIGNATURES_DIR).glob("*.sig"))) == 1
@@ -338,7 +357,8 @@ def test_approve_asks_on_a_terminal(artifact, keys, answer, signed):
     rkid = keys["reviewer"][2]
     leader, follower = pty.openpty()
     env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="200")
-    proc = subprocess.Popen([EXE, "approve", str(artifact), "--key", str(keys["reviewer"][0])],
+    proc = subprocess.Popen([EXE, "approve", str(artifact), "--key", str(keys["reviewer"][0]),
+                             "--release-key", str(keys["release"][1])],
                             stdin=follower, stdout=follower, stderr=follower, env=env)
     os.close(follower)
     os.write(leader, f"{answer}\n".encode())

@@ -285,8 +285,12 @@ class VerifiedRelease:
 
     @property
     def approvals(self) -> tuple[str, ...]:
-        """Trusted signatures other than the release key's own."""
-        rk = self.doc["release_key_id"]
+        """Distinct trusted signatures other than the release key's - the key the reader
+        named (``release_key``), never what the document says about itself; none when the
+        reader named no release key."""
+        rk = self.verification.release_key_id
+        if rk is None:
+            return ()
         return tuple(k for k in self.verification.valid_key_ids if k != rk)
 
     @cached_property
@@ -296,22 +300,35 @@ class VerifiedRelease:
         return ReleaseView.checked(self.doc)
 
 
+#: why approvals need the release key named by the reader
+NEEDS_RELEASE_KEY = ("approvals are the trusted signatures other than the release key's, and "
+                     "only you can say which key that is: pass --release-key RELEASE.pub.pem")
+
+
 def read_release(artifact_dir: str | Path, trusted: list[str | Path],
-                 require_approvals: int = 0) -> VerifiedRelease:
-    """Verify, then parse and check. Refuses with a one-line reason on any doubt."""
+                 require_approvals: int = 0,
+                 release_key: str | Path | None = None) -> VerifiedRelease:
+    """Verify, then parse and check. Refuses with a one-line reason on any doubt.
+    ``release_key``: the releaser's public key; its signature is required, and approvals
+    (``require_approvals``) are counted only against it."""
     d = Path(artifact_dir)
     if not d.is_dir():
         raise UserError(f"{d}: artifact folder not found")
-    ver = verify_bytes(d, RELEASE_FILE, trusted)
+    if require_approvals > 0 and release_key is None:
+        raise UserError(f"{d}: --require-approvals {require_approvals}: {NEEDS_RELEASE_KEY}")
+    ver = verify_bytes(d, RELEASE_FILE, trusted, release_key)
     try:
         doc = json.loads(ver.data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise UserError(f"{d / RELEASE_FILE}: signed but not valid UTF-8 JSON") from None
     check_release_document(doc, str(d / RELEASE_FILE))
+    if ver.release_key_id is not None and doc["release_key_id"] != ver.release_key_id:
+        raise UserError(f"{d / RELEASE_FILE}: names release key {doc['release_key_id']}, not "
+                        f"{ver.release_key_id} (--release-key): do not use it")
     rel = VerifiedRelease(doc, ver)
     if len(rel.approvals) < require_approvals:
-        raise UserError(f"{d}: {len(rel.approvals)} approval(s) by trusted reviewer keys, "
-                        f"{require_approvals} required; ask a reviewer to run "
+        raise UserError(f"{d}: {len(rel.approvals)} approval(s) by distinct trusted reviewer "
+                        f"keys, {require_approvals} required; ask a reviewer to run "
                         "'selpe-audit approve' and pass their public key with --trust")
     return rel
 

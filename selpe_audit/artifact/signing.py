@@ -112,23 +112,28 @@ def sign_file(artifact_dir: str | Path, file_name: str, private_key_path: str | 
 
 @dataclass(frozen=True)
 class Verification:
-    """Which trusted keys signed the exact bytes that were read."""
+    """Which trusted keys signed the exact bytes that were read, and which did not."""
 
     data: bytes
     sha256: str
-    valid_key_ids: tuple[str, ...]
+    valid_key_ids: tuple[str, ...]  # distinct, in the order given
+    missing_key_ids: tuple[str, ...] = ()  # trusted keys with no signature on the file
+    release_key_id: str | None = None  # the release key, when the caller named it
 
 
-def verify_bytes(artifact_dir: str | Path, file_name: str,
-                 trusted: list[str | Path]) -> Verification:
+def verify_bytes(artifact_dir: str | Path, file_name: str, trusted: list[str | Path],
+                 release_key: str | Path | None = None) -> Verification:
     """Check every trusted key's signature over ``file_name``; refuse on any failure.
 
-    Signatures by keys the user does not trust are ignored: they prove nothing. A trusted
-    key whose signature is present but wrong means the file changed after signing.
+    ``release_key``: the releaser's public key, named by the caller (never by the file):
+    its valid signature is required. Signatures by keys the user does not trust are ignored:
+    they prove nothing. A trusted key whose signature is present but wrong means the file
+    changed after signing; one whose signature is missing is listed (the caller reports
+    it). A key given twice counts once.
     """
     d = Path(artifact_dir)
     path = d / file_name
-    if not trusted:
+    if not trusted and release_key is None:
         raise UserError("no trusted key given; pass --trust KEY.pub.pem (repeatable)")
     try:
         data = path.read_bytes()
@@ -136,12 +141,25 @@ def verify_bytes(artifact_dir: str | Path, file_name: str,
         raise UserError(f"{path}: not found; is {d} a release artifact folder?") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
-    valid: list[str] = []
+    keys: dict[str, Ed25519PublicKey] = {}
+    release_kid = None
+    if release_key is not None:
+        pub = load_public_key(release_key)
+        release_kid = key_id(pub)
+        keys[release_kid] = pub
     for tp in trusted:
         pub = load_public_key(tp)
-        kid = key_id(pub)
+        keys.setdefault(key_id(pub), pub)
+    valid: list[str] = []
+    missing: list[str] = []
+    for kid, pub in keys.items():
         sig_path = d / SIGNATURES_DIR / f"{kid}.sig"
-        if not sig_path.exists():
+        if not sig_path.is_file():
+            if kid == release_kid:
+                raise UserError(f"{path}: no signature by the release key {kid} "
+                                f"({release_key}); it was not released by that key, or "
+                                "changed and was signed again by others - do not use it")
+            missing.append(kid)
             continue
         try:
             pub.verify(sig_path.read_bytes(), data)
@@ -151,5 +169,6 @@ def verify_bytes(artifact_dir: str | Path, file_name: str,
         valid.append(kid)
     if not valid:
         raise UserError(f"{path}: no signature by any trusted key "
-                        f"({len(trusted)} trusted); ask the releaser for the right public key")
-    return Verification(data, hashlib.sha256(data).hexdigest(), tuple(valid))
+                        f"({len(keys)} trusted); ask the releaser for the right public key")
+    return Verification(data, hashlib.sha256(data).hexdigest(), tuple(valid), tuple(missing),
+                        release_kid)

@@ -53,8 +53,8 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
     """The demo as the command lines a steward, reviewer, analyst and auditor would run."""
     keys, art = out / "keys", out / "release"
     schema = str(demo_schema_path())
-    trust = ["--trust", str(keys / "release.pub.pem"), "--trust", str(keys / "reviewer.pub.pem"),
-             "--require-approvals", "1"]
+    trust = ["--release-key", str(keys / "release.pub.pem"),
+             "--trust", str(keys / "reviewer.pub.pem"), "--require-approvals", "1"]
     synth, synth_llm = out / "synthetic.parquet", out / "synthetic_llm.parquet"
     run = [
         ("keygen (release key)", ["keygen", str(keys / "release.pem")]),
@@ -65,8 +65,9 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
             "--key", str(keys / "release.pem"), "--epsilon", str(epsilon),
             *_demo_ledger(out),
             *([] if llm_candidates else ["--candidates", str(out / "candidate_pool.jsonl")])]),
-        ("review", ["review", str(art), "--trust", str(keys / "release.pub.pem")]),
-        ("approve", ["approve", str(art), "--key", str(keys / "reviewer.pem"), "--yes"]),
+        ("review", ["review", str(art), "--release-key", str(keys / "release.pub.pem")]),
+        ("approve", ["approve", str(art), "--key", str(keys / "reviewer.pem"),
+                     "--release-key", str(keys / "release.pub.pem"), "--yes"]),
         ("decode, released model (off-site)", [
             "decode", str(art), *trust, "--decoder", "model", "--n", str(n),
             "--out", str(synth)]),

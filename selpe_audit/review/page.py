@@ -483,12 +483,14 @@ def _schema(view: ReleaseView) -> str:
 
 
 def render_review_html(doc: dict[str, Any],
-                       signature_status: list[SignatureStatus] | None = None) -> str:
-    """The whole page as one string; depends on nothing but its arguments."""
+                       signature_status: list[SignatureStatus] | None = None,
+                       release_key_id: str | None = None) -> str:
+    """The whole page as one string; depends on nothing but its arguments
+    (``release_key_id``: the release key the reviewer named, if any)."""
     view = as_view(doc)
     warnings = review_warnings(view)
     if signature_status is not None:
-        warnings = signature_warnings(view, signature_status) + warnings
+        warnings = signature_warnings(view, signature_status, release_key_id) + warnings
     body = (_summary(view) + _signatures(signature_status) + _warnings(warnings)
             + _guarantees(view) + _ledger(view) + _counts(view) + _model(view)
             + _topics(view) + _selection(view)
@@ -509,14 +511,15 @@ def render_review_html(doc: dict[str, Any],
 
 def write_review_html(artifact_dir: Path, doc: dict[str, Any] | None = None, *,
                       signature_status: list[SignatureStatus] | None = None,
-                      path: Path | None = None) -> Path:
+                      path: Path | None = None, release_key_id: str | None = None) -> Path:
     """Write review.html (atomically; default ARTIFACT_DIR/review.html) and return its path."""
     d = Path(artifact_dir)
     if doc is None:
         doc = read_release_unverified(d)
     out = Path(path) if path is not None else d / REVIEW_FILE
     try:
-        atomic_write_bytes(out, render_review_html(doc, signature_status).encode("utf-8"))
+        atomic_write_bytes(out, render_review_html(doc, signature_status,
+                                                   release_key_id).encode("utf-8"))
     except OSError as e:
         raise UserError(f"{out}: cannot write the review page ({e.strerror})") from None
     return out

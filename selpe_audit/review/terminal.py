@@ -28,7 +28,13 @@ from rich.text import Text
 from selpe_audit.artifact.document import RELEASE_FILE, read_release_unverified
 from selpe_audit.artifact.guarantees import protects
 from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
-from selpe_audit.artifact.signing import key_id, load_private_key, sign_file
+from selpe_audit.artifact.signing import (
+    key_id,
+    load_private_key,
+    load_public_key,
+    sign_file,
+    verify_bytes,
+)
 from selpe_audit.artifact.view import Rate, ReleaseView, as_dict, cell_label
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
@@ -314,6 +320,9 @@ def _review_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust", action="append", default=[], metavar="KEY.pub.pem",
                    help="public key to check signatures with (repeatable); without one, "
                         "signatures are listed but not checked")
+    p.add_argument("--release-key", metavar="RELEASE.pub.pem",
+                   help="the releaser's public key: its signature is the release signature "
+                        "(default: the key release.json names, which proves nothing)")
     p.add_argument("--html", type=Path, metavar="PATH",
                    help=f"where to write the review page (default ARTIFACT/{REVIEW_FILE})")
 
@@ -323,13 +332,15 @@ def _review(args: argparse.Namespace) -> int:
     doc = read_release_unverified(d)
     view = ReleaseView.parse(doc)
     sha = hashlib.sha256((d / RELEASE_FILE).read_bytes()).hexdigest()
-    statuses = signature_statuses(d, args.trust, view.release_key_id)
-    warnings = signature_warnings(view, statuses) + review_warnings(view)
+    trust = [*args.trust, *([args.release_key] if args.release_key else [])]
+    release_kid = key_id(load_public_key(args.release_key)) if args.release_key else None
+    statuses = signature_statuses(d, trust, release_kid or view.release_key_id)
+    warnings = signature_warnings(view, statuses, release_kid) + review_warnings(view)
     con = Console(highlight=False)
     con.print(Panel(Text("Shown BEFORE it is trusted: the numbers below are what release.json "
                          "says; the signature status says whether trusted keys signed exactly "
                          "these bytes.", "bold"), title="selpe-audit review", title_align="left"))
-    con.print(_signature_table(statuses, args.trust))
+    con.print(_signature_table(statuses, trust))
     con.print(_summary_table(view, sha))
     if warnings:
         con.print(Text(f"{len(warnings)} warning(s): listed at the end", "bold yellow"))
@@ -338,7 +349,8 @@ def _review(args: argparse.Namespace) -> int:
     for part in [*_counts(view), *_exemplars(view)]:
         con.print(part)
     con.print(_warnings_table(warnings))
-    path = write_review_html(d, doc, signature_status=statuses, path=args.html)
+    path = write_review_html(d, doc, signature_status=statuses, path=args.html,
+                             release_key_id=release_kid)
     con.print(Text(f"wrote {path} (derived from release.json, not itself trusted)"))
     return 0
 
@@ -364,26 +376,30 @@ def _approve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", required=True, metavar="REVIEWER.pem",
                    help="your reviewer private key (not the release key); make one with "
                         "'selpe-audit keygen'")
+    p.add_argument("--release-key", required=True, type=Path, metavar="RELEASE.pub.pem",
+                   help="the releaser's public key: approve refuses unless its signature "
+                        "verifies over release.json")
     p.add_argument("--yes", action="store_true",
                    help="approve without asking (needed when there is no terminal)")
 
 
-def _read_exact(d: Path) -> tuple[bytes, dict[str, Any]]:
-    """The bytes of release.json and the document they parse to, from one consistent read."""
-    doc = read_release_unverified(d)
-    data = (d / RELEASE_FILE).read_bytes()
+def _released_bytes(d: Path, release_key: Path) -> tuple[bytes, dict[str, Any]]:
+    """The bytes of release.json that the release key signed, and their document: nothing
+    is shown or approved unless the releaser's own signature verifies over them."""
+    ver = verify_bytes(d, RELEASE_FILE, [], release_key=release_key)
     try:
-        same = json.loads(data.decode("utf-8")) == doc
+        doc = json.loads(ver.data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
-        same = False
-    if not same:
-        raise UserError(f"{d / RELEASE_FILE}: changed while it was being read; run approve again")
-    return data, doc
+        raise UserError(f"{d / RELEASE_FILE}: signed but not valid UTF-8 JSON") from None
+    if not isinstance(doc, dict) or doc.get("release_key_id") != ver.release_key_id:
+        raise UserError(f"{d / RELEASE_FILE}: does not name {ver.release_key_id} "
+                        f"({release_key}) as its release key; do not approve it")
+    return ver.data, doc
 
 
 def _approve(args: argparse.Namespace) -> int:
     d = Path(args.artifact)
-    data, doc = _read_exact(d)
+    data, doc = _released_bytes(d, args.release_key)
     key = load_private_key(args.key)
     kid = key_id(key.public_key())
     if kid == doc.get("release_key_id"):
@@ -394,7 +410,8 @@ def _approve(args: argparse.Namespace) -> int:
                         "asking")
     sha = hashlib.sha256(data).hexdigest()
     view = ReleaseView.parse(doc)
-    warnings = (signature_warnings(view, signature_statuses(d, [], view.release_key_id))
+    warnings = (signature_warnings(view, signature_statuses(d, [args.release_key],
+                                                           view.release_key_id))
                 + review_warnings(view))
     con = Console(highlight=False)
     con.print(_summary_table(view, sha))
@@ -415,8 +432,8 @@ def _approve(args: argparse.Namespace) -> int:
         sig.unlink(missing_ok=True)
         raise UserError(f"{d / RELEASE_FILE}: changed after it was shown; nothing was "
                         "approved - run approve again") from None
-    con.print(Text(f"approved: wrote {sig}. Decode counts it with --trust <your .pub.pem> "
-                   "--require-approvals 1."))
+    con.print(Text(f"approved: wrote {sig}. Decode counts it with --release-key "
+                   "<release .pub.pem> --trust <your .pub.pem> --require-approvals 1."))
     return 0
 
 
@@ -426,7 +443,8 @@ APPROVE = Command(
     description="Show a summary of release.json, ask for confirmation, then write your "
                 "detached signature over its exact bytes to signatures/<key-id>.sig. Decode "
                 "counts it as an approval when your public key is passed with --trust. The "
-                "release key cannot approve its own release.",
+                "release key cannot approve its own release, and nothing is shown or signed "
+                "unless the release key (--release-key) signed these exact bytes.",
     add_arguments=_approve_args,
     run=_approve,
 )

@@ -179,16 +179,22 @@ def as_view(doc: Mapping[str, Any] | ReleaseView) -> ReleaseView:
     return doc if isinstance(doc, ReleaseView) else ReleaseView.parse(doc)
 
 
-def signature_warnings(doc: Mapping[str, Any] | ReleaseView,
-                       statuses: list[SignatureStatus]) -> list[ReviewWarning]:
-    """A release with no signature by its own release key, or one that fails."""
-    rk = as_view(doc).release_key_id
-    mine = [s for s in statuses if s.is_release_key]
-    if not mine:
-        return [ReviewWarning("signature", f"signatures/{rk}.sig",
-                              "no signature by the release key named in release.json")]
-    return [ReviewWarning("signature", f"signatures/{s.key_id}.sig", s.detail)
-            for s in statuses if s.status == "INVALID"]
+def signature_warnings(doc: Mapping[str, Any] | ReleaseView, statuses: list[SignatureStatus],
+                       release_key_id: str | None = None) -> list[ReviewWarning]:
+    """A release with no signature by its release key (the one the reviewer named, else
+    the one release.json names), one that fails, and a document naming another key."""
+    named = as_view(doc).release_key_id
+    rk = release_key_id or named
+    out = []
+    if release_key_id is not None and named != release_key_id:
+        out.append(ReviewWarning("signature", "release_key_id",
+                                 f"release.json names {named}, not the release key "
+                                 f"{release_key_id} you gave: decode will refuse it"))
+    if not [s for s in statuses if s.is_release_key]:
+        out.append(ReviewWarning("signature", f"signatures/{rk}.sig",
+                                 "no signature by the release key"))
+    return out + [ReviewWarning("signature", f"signatures/{s.key_id}.sig", s.detail)
+                  for s in statuses if s.status == "INVALID"]
 
 
 def _schema_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
