@@ -131,11 +131,12 @@ def counts_release(train_path: Path, schema_path: Path, epsilon: float, folder: 
     """A counts-only release of the training rows (see `release_settings`) in counts ``mode``
     (None: the release's default); returns the artifact folder."""
     from release.config import load_config
+    from release.installation import Installation
     from release.pipeline import run_release
 
     cfg = load_config(None, release_settings(train_path, schema_path, epsilon, folder,
                                              release_key, mode))
-    run_release(cfg)
+    run_release(cfg, installation=Installation.for_experiments("benchmark"))
     return cfg.out
 
 

@@ -120,12 +120,13 @@ def stage_times(log_text: str) -> dict[str, float | None]:
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """In the child: one release; its wall time, this process's peak RSS, stage times."""
     from release.config import load_config
+    from release.installation import Installation
     from release.pipeline import run_release
 
     cfg = load_config(spec.get("config"), spec["overrides"])
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
-    doc = run_release(cfg).doc
+    doc = run_release(cfg, installation=Installation.for_experiments("benchmark")).doc
     seconds = time.perf_counter() - t0
     log = Path(cfg.enclave_log)
     counts = doc.get("counts") or {}
@@ -322,6 +323,7 @@ def demo(sizes: Sizes, folder: Path, key: Path, trust: Path) -> dict[str, Any]:
     from audits.io import load_embedder, read_records
     from audits.utility import run_utility
     from release.config import load_config
+    from release.installation import Installation
     from release.pipeline import run_release
     from selpe_audit.schema import demo_schema_path, load_schema
 
@@ -341,7 +343,8 @@ def demo(sizes: Sizes, folder: Path, key: Path, trust: Path) -> dict[str, Any]:
                 settings["aim_rounds"] = sizes.aim_rounds
             try:
                 with _quiet():
-                    run_release(load_config(_demo_config(), settings))
+                    run_release(load_config(_demo_config(), settings),
+                                installation=Installation.for_experiments("benchmark"))
                 syn_path = folder / f"demo-{tag}.parquet"
                 decode(settings["out"], trust, syn_path, len(members), decoder, seed=i)
                 syn = read_records(syn_path, schema)

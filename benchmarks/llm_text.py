@@ -132,6 +132,7 @@ def _release(b: Bench, name: str, config: Path | None, **overrides: Any) -> tupl
     """One demo release in this process (its models shared); its view, its
     document and its wall time."""
     from release.config import load_config
+    from release.installation import Installation
     from release.pipeline import run_release
 
     settings = {"data": b.data, "schema": ROOT / "selpe_audit/data/ed_triage.schema.json",
@@ -141,7 +142,8 @@ def _release(b: Bench, name: str, config: Path | None, **overrides: Any) -> tupl
                 "enclave_log": b.folder / f"{name}.log", **overrides}
     cfg = load_config(config, settings)
     t0 = time.perf_counter()
-    doc = run_release(cfg).doc  # the process's models: the ones the audits use
+    experiments = Installation.for_experiments("benchmark")  # many releases, public data
+    doc = run_release(cfg, installation=experiments).doc  # the process's models, as the audits
     doc["_seconds"] = round(time.perf_counter() - t0, 1)
     return released_view(read_release(cfg.out, [b.trust])), doc
 

@@ -144,6 +144,7 @@ def release(b: Bench, name: str, epsilon: float, **overrides: Any) -> tuple[Rele
     configuration is a separate experiment on the same rows, with a ledger of its own: one
     ledger refuses the same rows under a second dataset name."""
     from release.config import load_config
+    from release.installation import Installation
     from release.pipeline import run_release
 
     settings = {"data": b.data, "schema": demo_schema_path(), "dataset": f"triage-{name}",
@@ -152,7 +153,8 @@ def release(b: Bench, name: str, epsilon: float, **overrides: Any) -> tuple[Rele
                 "candidates": b.pool, "counts_share": 0.5, "selection_share": 0.5,
                 "rounds": b.sizes.rounds, "k": b.sizes.k, **overrides}
     cfg = load_config(ROOT / "examples" / "release.toml", settings)
-    doc = run_release(cfg).doc  # the process's embedder: the one the audits use
+    experiments = Installation.for_experiments("benchmark")  # many releases, public data
+    doc = run_release(cfg, installation=experiments).doc  # the process's models, as the audits
     return released_view(read_release(cfg.out, [b.trust])), doc
 
 

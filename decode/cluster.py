@@ -6,7 +6,9 @@ submitted. It then submits one task per part (`decode_shard`), each asking Ray f
 node with the trusted keys, so a tampered artifact is refused on every worker before
 anything is generated, and decodes its part (``--shard I``) into
 ``<out>.shards/part-I-of-S.jsonl`` through that part's own checkpoint beside it. When every
-part is in, `decode.merge` writes ``--out`` and one provenance and removes the shards.
+part is in, `decode.merge` checks that each part names the release.json the driver verified
+(its SHA-256: an artifact swapped on shared storage after that check, validly signed or not,
+is refused naming the part), writes ``--out`` and one provenance and removes the shards.
 
 Retries: a task whose worker dies (killed, out of memory, node lost) is run again by Ray,
 up to `RETRIES` times; the new run resumes its part from the checkpoint, so no candidate is
@@ -118,7 +120,7 @@ def run_on_ray(artifact: Path, trusted: list[Path], require_approvals: int, out:
                 for p in settings.parts}
         docs = _wait(ray, refs, _Watch(out, candidates), con)
         return merge_shards(out, released, [docs[i] for i in range(settings.shards)],
-                            time.perf_counter() - t0, "ray")
+                            time.perf_counter() - t0, "ray", artifact_sha256=rel.sha256)
     finally:
         if started:
             ray.shutdown()

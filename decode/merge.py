@@ -2,12 +2,14 @@
 
 The parts' JSONL files (`decode.shards.shard_path`) are read in part order, each checked
 against the SHA-256 its own provenance recorded, and written as one file in the output's
-format (for JSONL: the same bytes as the parts' files one after the other). The merged
-provenance keeps what every part shares (artifact, seed, decoder; a part made with anything
-else is refused), sums what adds up (rows, candidates, the fit's counters, records made),
-measures fidelity on the merged rows and lists each part's own summary. The candidates'
-fidelity is a per-part number (they were selected per part), so it stays in the summaries.
-Once the output and its provenance are written, the shard folder is removed.
+format (for JSONL: the same bytes as the parts' files one after the other). Every part must
+name the release.json this process verified (a file swapped on shared storage after that
+check is refused, even when all parts agree). The merged provenance keeps what every part
+shares (artifact, seed, decoder; a part made with anything else is refused), sums what adds
+up (rows, candidates, the fit's counters, records made), measures fidelity on the merged
+rows and lists each part's own summary. The candidates' fidelity is a per-part number (they
+were selected per part), so it stays in the summaries. Once the output and its provenance
+are written, the shard folder is removed.
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ SAME = ("artifact", "seed", "decoder", "embedder")  # a part made otherwise is r
 
 
 def merge_shards(out: Path, released: Released, docs: list[Doc], seconds: float,
-                 backend: str) -> DecodeResult:
-    """Write every part (``docs``: their provenance, in part order) into ``out``."""
+                 backend: str, *, artifact_sha256: str) -> DecodeResult:
+    """Write every part (``docs``: their provenance, in part order) into ``out``;
+    ``artifact_sha256``: the release.json this process verified, which every part must name."""
     t0 = time.perf_counter()
     count = len(docs)
     frames = []
     for i, doc in enumerate(docs):
         path = shard_path(out, Part(i, count))
-        _check_part(path, doc, docs[0], Part(i, count))
+        _check_part(path, doc, docs[0], Part(i, count), artifact_sha256)
         frames.append(read_jsonl(path, released.schema))
     df = pl.concat(frames)
     sha = write_frame(out, df)
@@ -61,10 +64,14 @@ def merge_shards(out: Path, released: Released, docs: list[Doc], seconds: float,
     return DecodeResult(out, prov, len(rows), doc)
 
 
-def _check_part(path: Path, doc: Doc, first: Doc, part: Part) -> None:
+def _check_part(path: Path, doc: Doc, first: Doc, part: Part, artifact_sha256: str) -> None:
     again = f"delete {path.parent} and rerun"
     if doc.get("shard") != part.describe():
         raise UserError(f"{path}: its provenance is not {part.label}'s; {again}")
+    made_from = doc.get("artifact")
+    if not isinstance(made_from, dict) or made_from.get("sha256") != artifact_sha256:
+        raise UserError(f"{path}: {part.label} was decoded from another release.json than "
+                        f"the one verified here (SHA-256 {artifact_sha256[:16]}...); {again}")
     for key in SAME:
         if doc.get(key) != first.get(key):
             raise UserError(f"{path}: made with another {key} than shard 0; {again}")

@@ -261,7 +261,8 @@ def run_decode(artifact: Path, trusted: list[Path], require_approvals: int, out:
         con.print(f"{part.label}")
         docs.append(decode_part(rel, released, replace(settings, shard=part.index), part,
                                 shard_path(out, part), tools, con, reuse=True).provenance_doc)
-    return merge_shards(out, released, docs, time.perf_counter() - t0, "local")
+    return merge_shards(out, released, docs, time.perf_counter() - t0, "local",
+                        artifact_sha256=rel.sha256)
 
 
 def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettings, part: Part,

@@ -21,14 +21,16 @@ Example (``examples/release.toml``)::
     counts = 0.5           # shares of epsilon; they must sum to 1
     selection = 0.5
     lifetime_epsilon = 10.0   # caps of a new dataset's ledger (fixed there; an existing
-    lifetime_delta = 1e-5     # ledger's caps rise only by 'selpe-audit ledger raise')
+    lifetime_delta = 1e-5     # ledger's caps rise only by a signed 'selpe-audit ledger
+                              # raise'); never above /etc/selpe-audit/installation.toml's
     # lifetime_ledger = "/abs/folder"  # default: $SELPE_AUDIT_LEDGER, else
     #                  # /var/lib/selpe-audit/ledger, else ~/.local/share/selpe-audit/ledger
 
     [privacy_unit]
-    unit = "person"        # or "row"
-    id_field = "patient_id"
-    max_contributions = 2
+    unit = "person"        # or "row"; left out: "person" when id_field is set or the schema
+                           # names one (x-id), else "row" (PrivacyUnitConfig.resolved)
+    id_field = "patient_id"  # left out: the schema's x-id
+    max_contributions = 2  # rows kept per person (default 1)
 
     [counts]
     mode = "fixed"         # "marginals" (Laplace histograms per class), "fixed" (a fixed
@@ -84,7 +86,7 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +131,9 @@ class RateSpec:
 class BudgetConfig:
     """[budget]: this release's epsilon (and delta) and the dataset's lifetime caps.
 
-    The lifetime caps (None: the ledger's stored caps, or the defaults for a new ledger)
-    can only lower what the dataset's ledger stores (`release.ledger`). The ledger folder
+    The lifetime caps (None: the ledger's stored caps, or the installation's maximum for a
+    new ledger) can only lower what the dataset's ledger stores (`release.ledger`) and never
+    pass the installation's maximum (`release.installation`). The ledger folder
     is made absolute on construction (None: the installation's `default_ledger_folder`).
     """
 
@@ -175,19 +178,34 @@ class BudgetConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class PrivacyUnitConfig:
-    """[privacy_unit]: a row, or a person whose rows are bounded to max_contributions."""
+    """[privacy_unit]: a row, or a person whose rows are bounded to max_contributions.
+    ``unit`` None (left out) is decided by `resolved` once the schema is known."""
 
-    unit: str = "row"
+    unit: str | None = None
     id_field: str | None = None
     max_contributions: int = 1
 
     def __post_init__(self) -> None:
-        if self.unit not in ("row", "person"):
+        if self.unit not in (None, "row", "person"):
             raise UserError("config: privacy_unit.unit must be 'row' or 'person'")
         if self.max_contributions < 1:
             raise UserError("config: privacy_unit.max_contributions must be >= 1")
         if self.unit == "row" and self.max_contributions != 1:
             raise UserError("config: max_contributions applies to unit = 'person' only")
+
+    def resolved(self, schema: Schema) -> PrivacyUnitConfig:
+        """The unit for ``schema``: as set, else the person when an id field is known (set,
+        or the schema's x-id), since a row unit protects a person with m rows only at m
+        times epsilon; else the row. ``unit = "row"`` stays possible, explicitly."""
+        if self.unit is not None:
+            return self
+        if (self.id_field or schema.id_field) is not None:
+            return replace(self, unit="person")
+        if self.max_contributions != 1:
+            raise UserError("config: privacy_unit.max_contributions applies to unit = "
+                            "'person', which needs privacy_unit.id_field (the schema names no "
+                            "x-id)")
+        return replace(self, unit="row")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -443,7 +461,7 @@ class ReleaseConfig:
 
     def _check_against(self, schema: Schema) -> None:
         known = set(schema.field_names)
-        unit = self.privacy_unit
+        unit = self.privacy_unit.resolved(schema)
         if unit.unit == "person":
             idf = unit.id_field or schema.id_field
             if idf is None:

@@ -6,27 +6,31 @@ record batches out, no server-side cursor code of ours). The query runs in one
 either all in its snapshot or none, and the account cannot change anything even if it could.
 
 Nothing about the source's location leaves the enclave: the artifact gets the source kind and
-the SHA-256 of the query text (`DatabaseSource.public_description`), never the host, user,
-database or query. The password never appears on a command line or in a config: libpq takes
-it from ``PGPASSWORD`` or a password file (``PGPASSFILE``, default ``~/.pgpass``); a
-connection string that carries one is refused. Errors are one line that names what to fix and
-never quote the server's message: PostgreSQL's messages can contain row values (``invalid
-input syntax for type integer: "..."``).
+an HMAC-SHA256 of the query text under a key that stays in the enclave
+(`DatabaseSource.public_description`; a plain hash of a short query is undone by guessing
+queries), never the host, user, database or query. The password never appears on a command
+line or in a config: libpq takes it from ``PGPASSWORD`` or a password file (``PGPASSFILE``,
+default ``~/.pgpass``); a connection string that carries one (``user:pw@`` or
+``?password=``) is refused. Errors are one line that names what to fix and never quote the
+server's message: PostgreSQL's messages can contain row values (``invalid input syntax for
+type integer: "..."``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import polars as pl
 
 from selpe_audit.errors import UserError
 
 SCHEMES = ("postgresql", "postgres")
+_QUERY_DOMAIN = b"selpe-audit/source-query/1\0"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 # SQLSTATE classes and codes (PostgreSQL appendix A) -> what the user should fix.
 _SQLSTATE = {
@@ -42,6 +46,12 @@ _SQLSTATE = {
     "25006": "the query tried to write; the release reads in a read-only transaction",
     "57014": "the query was cancelled (statement timeout)",
 }
+
+
+def _query_password(query: str) -> bool:
+    """libpq also takes ``?password=...`` from a URI's parameters: as refused as ``user:pw@``."""
+    return any(k.strip().lower() == "password"
+               for k, _ in parse_qsl(query, keep_blank_values=True))
 
 
 def is_database_url(data: str) -> bool:
@@ -62,7 +72,7 @@ class DatabaseSource:
         if parts.scheme not in SCHEMES:
             raise UserError(f"--data: '{parts.scheme}' is not a supported database; use "
                             "postgresql://user@host[:port]/database")
-        if parts.password is not None:
+        if parts.password is not None or _query_password(parts.query):
             raise UserError("--data: the connection string carries a password; remove it and "
                             "put the password in PGPASSWORD or a password file (PGPASSFILE, "
                             "default ~/.pgpass)")
@@ -88,10 +98,13 @@ class DatabaseSource:
         parts = urlsplit(self.url)
         return urlunsplit(parts._replace(query=""))
 
-    def public_description(self) -> dict[str, Any]:
-        """What the artifact may say about the source: its kind and the query's hash."""
-        return {"kind": "postgresql",
-                "query_sha256": hashlib.sha256(self.sql.encode("utf-8")).hexdigest()}
+    def public_description(self, key: bytes) -> dict[str, Any]:
+        """What the artifact may say about the source: its kind and the query's HMAC under
+        ``key`` (an enclave secret), which the enclave can recompute and nobody can invert."""
+        if len(key) < 16:
+            raise ValueError("the query's HMAC needs an enclave secret of at least 16 bytes")
+        mac = hmac.new(key, _QUERY_DOMAIN + self.sql.encode("utf-8"), hashlib.sha256)
+        return {"kind": "postgresql", "query_hmac_sha256": mac.hexdigest()}
 
 
 def _explain(e: Exception) -> str:

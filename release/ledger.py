@@ -11,11 +11,13 @@ count their releases as delta 0, which they were. Over 400 lines: the lock, the 
 fingerprint index and the raise record must stay in the one module that writes the file.
 
 The caps (lifetime epsilon and delta) are written when a dataset's ledger is created and
-only `LifetimeLedger.raise_caps` (the ``selpe-audit ledger raise`` command, which records
-who, when and why) changes them: a release's settings can lower its own cap, never raise
-the stored one. A dataset is its name plus the fingerprints of the data released under it
-(a keyed hash over the canonical rows; the key lives in the ledger folder), indexed in
-the folder, so the same rows under another name are refused.
+only `LifetimeLedger.raise_caps` (``selpe-audit ledger raise``, signed with a key the
+installation trusts for raises) changes them: a release's settings can lower its own cap,
+never raise the stored one, and no cap in force exceeds the installation's maximum
+(`release.installation`). A dataset is the people in it: the folder keeps keyed hashes of
+every charged dataset's units (`release.ledger_units`), and rows that overlap another
+dataset's beyond the installation's threshold are refused, naming it. Every ledger file and
+the index carry a MAC keyed with the folder's secret; a file edited by hand is refused.
 """
 
 from __future__ import annotations
@@ -36,7 +38,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from release.installation import (
+    DEFAULT_MAX_DELTA,
+    DEFAULT_MAX_EPSILON,
+    Installation,
+    load_installation,
+)
+from release.ledger_units import UnitHashes, hash_units, overlap
 from selpe_audit.artifact.canonical import atomic_write_bytes
+from selpe_audit.artifact.signing import key_id, load_private_key, load_public_key
 from selpe_audit.errors import UserError
 
 
@@ -69,10 +81,12 @@ def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: s
 LEDGER_ENV = "SELPE_AUDIT_LEDGER"  # the installation's ledger folder (absolute)
 FIXED_ENV = "SELPE_AUDIT_LEDGER_FIXED"  # "1": no setting may point a release elsewhere
 SYSTEM_LEDGER = Path("/var/lib/selpe-audit/ledger")
-DEFAULT_LIFETIME_EPSILON = 10.0
-DEFAULT_LIFETIME_DELTA = 1e-5  # ten releases at the default delta
+DEFAULT_LIFETIME_EPSILON = DEFAULT_MAX_EPSILON  # a new ledger's caps with no installation file
+DEFAULT_LIFETIME_DELTA = DEFAULT_MAX_DELTA
 LEDGER_FORMAT = "selpe-audit/lifetime-ledger"
 _FINGERPRINT_DOMAIN = b"selpe-audit/dataset-fingerprint/1\0"
+_MAC_DOMAIN = b"selpe-audit/ledger-mac/1"
+_RAISE_DOMAIN = "selpe-audit/ledger-raise/1"
 
 
 def _now() -> str:
@@ -171,6 +185,13 @@ def _read_json(path: Path, what: str) -> dict[str, Any] | None:
     return doc
 
 
+def _mac(key: bytes, doc: dict[str, Any]) -> str:
+    body = json.dumps({k: v for k, v in doc.items() if k != "mac"}, sort_keys=True,
+                      separators=(",", ":")).encode("utf-8")
+    return hmac.new(hmac.new(key, _MAC_DOMAIN, hashlib.sha256).digest(), body,
+                    hashlib.sha256).hexdigest()
+
+
 def data_fingerprint(key: bytes, priv_rows: Iterable[Mapping[str, Any]]) -> str:
     """A keyed hash of the multiset of canonical rows: order of rows and columns does not
     matter; without the key it says nothing about the rows. Per-row digests stay in memory."""
@@ -193,6 +214,7 @@ class LedgerFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._key: bytes | None = None
 
     def _locked(self) -> Any:
         return _flock(self.path / ".folder.lock", "ledger folder")
@@ -209,39 +231,93 @@ class LedgerFolder:
                 _write_json(p, meta)
             return str(meta["ledger_id"])
 
-    def fingerprint(self, priv_rows: Iterable[Mapping[str, Any]]) -> str:
-        with self._locked():
-            p = self.path / self.KEY_FILE
-            if p.exists():
-                text = p.read_text(encoding="ascii", errors="replace").strip()
-                if not re.fullmatch(r"[0-9a-f]{64}", text):
-                    raise UserError(f"{p}: fingerprint key is corrupt; restore it from backup")
-                key = bytes.fromhex(text)
-            else:
-                key = secrets.token_bytes(32)
-                atomic_write_bytes(p, (key.hex() + "\n").encode("ascii"), mode=0o600)
-        return data_fingerprint(key, priv_rows)
+    def key(self) -> bytes:
+        """The folder's secret (made once): keys the fingerprints, unit hashes and MACs."""
+        if self._key is None:
+            with self._locked():
+                self._key = self._load_or_make_key()
+        return self._key
 
-    def claim(self, fingerprint: str, dataset: str) -> None:
-        """Record that these rows belong to ``dataset``; refuse if another dataset has them."""
+    def _load_or_make_key(self) -> bytes:
+        p = self.path / self.KEY_FILE
+        if p.exists():
+            text = p.read_text(encoding="ascii", errors="replace").strip()
+            if not re.fullmatch(r"[0-9a-f]{64}", text):
+                raise UserError(f"{p}: fingerprint key is corrupt; restore it from backup")
+            return bytes.fromhex(text)
+        if any(self.path.glob("*.ledger.json")):
+            raise UserError(f"{p}: the ledger folder's key is missing but ledgers exist; "
+                            "restore it from backup")
+        key = secrets.token_bytes(32)
+        atomic_write_bytes(p, (key.hex() + "\n").encode("ascii"), mode=0o600)
+        return key
+
+    def read_sealed(self, path: Path, what: str) -> dict[str, Any] | None:
+        """A ledger file whose MAC checks out; one edited by hand is refused."""
+        doc = _read_json(path, what)
+        if doc is not None and not hmac.compare_digest(str(doc.get("mac", "")),
+                                                       _mac(self.key(), doc)):
+            raise UserError(f"{path}: the {what}'s MAC does not match: it was edited outside "
+                            "selpe-audit (or written before ledgers carried MACs); restore it "
+                            "from backup")
+        return doc
+
+    def write_sealed(self, path: Path, doc: dict[str, Any]) -> None:
+        _write_json(path, {**doc, "mac": _mac(self.key(), doc)})
+
+    def fingerprint(self, priv_rows: Iterable[Mapping[str, Any]]) -> str:
+        return data_fingerprint(self.key(), priv_rows)
+
+    def claim(self, fingerprint: str, dataset: str, units: UnitHashes,
+              threshold: float) -> None:
+        """Record that these rows belong to ``dataset``; refuse if another dataset has them,
+        or shares more than ``threshold`` of its units (or theirs) with them."""
+        self.key()  # loaded before the lock it takes itself
         with self._locked():
             p = self.path / self.INDEX_FILE
-            index = _read_json(p, "fingerprint index") or {}
-            owner = index.setdefault("fingerprints", {}).get(fingerprint)
+            index = self.read_sealed(p, "fingerprint index") or {}
+            known = index.setdefault("fingerprints", {})
+            owner = (known.get(fingerprint) or {}).get("dataset")
             if owner is not None and owner != dataset:
-                raise UserError(
-                    f"these rows were released before as dataset '{owner}' (lifetime ledger "
-                    f"{self.path / (_safe_name(owner) + '.ledger.json')}); release them with "
-                    f"--dataset {owner} so they are charged to its budget; no DP mechanism ran")
+                self._refuse(owner, "these rows were released before as")
+            for fp, entry in known.items():
+                if entry["dataset"] != dataset and fp != fingerprint:
+                    share = overlap(units, self._units(fp, entry))
+                    if share > threshold:
+                        self._refuse(entry["dataset"], f"{share:.0%} of the privacy units of "
+                                     "these rows (or of the other's) are in")
             if owner is None:
-                index["fingerprints"][fingerprint] = dataset
-                _write_json(p, index)
+                data = units.to_bytes()
+                atomic_write_bytes(self._units_path(fingerprint), data, mode=0o600)
+                known[fingerprint] = {"dataset": dataset,
+                                      "units_sha256": hashlib.sha256(data).hexdigest()}
+                self.write_sealed(p, index)
+
+    def _refuse(self, owner: str, what: str) -> None:
+        raise UserError(
+            f"{what} dataset '{owner}' (lifetime ledger "
+            f"{self.path / (_safe_name(owner) + '.ledger.json')}); release them with "
+            f"--dataset {owner} so they are charged to its budget; no DP mechanism ran")
+
+    def _units_path(self, fingerprint: str) -> Path:
+        return self.path / "units" / f"{fingerprint[:32]}.npz"
+
+    def _units(self, fingerprint: str, entry: dict[str, Any]) -> UnitHashes:
+        p = self._units_path(fingerprint)
+        try:
+            data = p.read_bytes()
+        except OSError:
+            data = b""
+        if hashlib.sha256(data).hexdigest() != entry.get("units_sha256"):
+            raise UserError(f"{p}: the unit hashes of dataset '{entry['dataset']}' are missing "
+                            "or were changed; restore the ledger folder from backup")
+        return UnitHashes.from_bytes(data)
 
     def datasets(self) -> list[str]:
         """Names of the datasets with a ledger in this folder."""
         names = []
         for p in sorted(self.path.glob("*.ledger.json")):
-            doc = _read_json(p, "lifetime ledger")
+            doc = self.read_sealed(p, "lifetime ledger")
             names.append(str((doc or {}).get("dataset", p.name.removesuffix(".ledger.json"))))
         return names
 
@@ -250,22 +326,25 @@ class LifetimeLedger:
     """Per-dataset record of every release's (epsilon, delta) and the dataset's caps, under
     an exclusive lock. ``lifetime_epsilon``/``lifetime_delta`` are this release's settings:
     the caps of a new ledger, at most the stored caps of an existing one (None: the stored
-    caps, or the defaults for a new ledger)."""
+    caps, or the installation's maximum for a new ledger); no cap in force exceeds the
+    installation's maximum (default: `load_installation`)."""
 
     def __init__(self, folder: str | Path, dataset: str, lifetime_epsilon: float | None = None,
-                 lifetime_delta: float | None = None) -> None:
+                 lifetime_delta: float | None = None,
+                 installation: Installation | None = None) -> None:
         self.folder = LedgerFolder(folder)
         self.path = Path(folder) / f"{_safe_name(dataset)}.ledger.json"
         self.lock_path = self.path.with_suffix(".lock")
         self.dataset = dataset
         self.lifetime_epsilon = lifetime_epsilon
         self.lifetime_delta = lifetime_delta
+        self.installation = installation or load_installation()
 
     def _locked(self) -> Any:
         return _flock(self.lock_path, "lifetime ledger")
 
     def _read(self) -> dict[str, Any] | None:
-        doc = _read_json(self.path, "lifetime ledger")
+        doc = self.folder.read_sealed(self.path, "lifetime ledger")
         if doc is None:
             return None
         if not isinstance(doc.get("releases"), list):
@@ -278,13 +357,14 @@ class LifetimeLedger:
         return doc
 
     def _new(self) -> dict[str, Any]:
-        eps = DEFAULT_LIFETIME_EPSILON if self.lifetime_epsilon is None else self.lifetime_epsilon
-        delta = DEFAULT_LIFETIME_DELTA if self.lifetime_delta is None else self.lifetime_delta
+        inst = self.installation
+        eps = inst.max_epsilon if self.lifetime_epsilon is None else self.lifetime_epsilon
+        delta = inst.max_delta if self.lifetime_delta is None else self.lifetime_delta
         return {"format": LEDGER_FORMAT, "dataset": self.dataset, "created": _now(),
                 "lifetime_epsilon": eps, "lifetime_delta": delta, "releases": [], "raises": []}
 
     def _write(self, doc: dict[str, Any]) -> None:
-        _write_json(self.path, doc)
+        self.folder.write_sealed(self.path, doc)
 
     def exists(self) -> bool:
         return self.path.exists()
@@ -294,21 +374,31 @@ class LifetimeLedger:
         return _committed(self._read() or self._new())
 
     def caps(self) -> tuple[float, float]:
-        """The stored (lifetime epsilon, lifetime delta); a new ledger's would-be caps."""
-        return _caps(self._read() or self._new())
+        """The caps in force: the stored ones (a new ledger's would-be caps), at most the
+        installation's maximum."""
+        stored = _caps(self._read() or self._new())
+        ceiling = (self.installation.max_epsilon, self.installation.max_delta)
+        return min(stored[0], ceiling[0]), min(stored[1], ceiling[1])
 
     def _effective_caps(self, doc: dict[str, Any]) -> tuple[float, float]:
-        """The stored caps, lowered (never raised) by this release's settings."""
+        """The caps in force, lowered (never raised) by this release's settings."""
         out = []
-        for asked, stored, what in zip((self.lifetime_epsilon, self.lifetime_delta),
-                                       _caps(doc), ("epsilon", "delta"), strict=True):
+        ceilings = (self.installation.max_epsilon, self.installation.max_delta)
+        for asked, stored, ceiling, what in zip((self.lifetime_epsilon, self.lifetime_delta),
+                                                _caps(doc), ceilings, ("epsilon", "delta"),
+                                                strict=True):
             if asked is not None and asked > stored * (1 + 1e-12):
                 raise UserError(
                     f"dataset '{self.dataset}': its lifetime {what} {stored:g} is fixed in its "
                     f"ledger and a release cannot raise it (asked {asked:g}); use 'selpe-audit "
                     f"ledger raise --dataset {self.dataset}' or leave lifetime_{what} out; "
                     "no data was read")
-            out.append(stored if asked is None else min(asked, stored))
+            if asked is not None and asked > ceiling * (1 + 1e-12):
+                raise UserError(
+                    f"budget.lifetime_{what} {asked:g} exceeds {self.installation.where()}, "
+                    f"{ceiling:g}; lower it or leave it out (only the administrator can raise "
+                    "the maximum); no data was read")
+            out.append(min(stored, ceiling, math.inf if asked is None else asked))
         return out[0], out[1]
 
     def reserve(self, epsilon: float, delta: float = 0.0, note: str = "") -> str:
@@ -319,8 +409,8 @@ class LifetimeLedger:
             cap_eps, cap_delta = self._effective_caps(doc)
             spent_eps, spent_delta = _committed(doc)
             if spent_eps + epsilon > cap_eps + 1e-12:
-                lowered = (f", lowered by this release's lifetime_epsilon from "
-                           f"{_caps(doc)[0]:g}" if cap_eps < _caps(doc)[0] else "")
+                lowered = (f", lowered from {_caps(doc)[0]:g} by this release's lifetime_epsilon"
+                           f" or {self.installation.where()}" if cap_eps < _caps(doc)[0] else "")
                 raise UserError(
                     f"lifetime budget for dataset '{self.dataset}' would be exceeded: "
                     f"{spent_eps:g} spent + {epsilon:g} requested > {cap_eps:g}{lowered} "
@@ -339,13 +429,17 @@ class LifetimeLedger:
             self._write(doc)
             return rid
 
-    def bind_data(self, rid: str, priv_rows: Iterable[Mapping[str, Any]]) -> str:
-        """After reading, before any mechanism: fingerprint the rows and claim them for this
-        dataset. Rows already claimed by another dataset are refused; a ledger that this
-        refused release created is removed again (nothing was spent)."""
+    def bind_data(self, rid: str, priv_rows: list[Mapping[str, Any]],
+                  unit_column: str | None = None) -> str:
+        """After reading, before any mechanism: fingerprint the rows, hash their units
+        (``unit_column``: the person id; None: rows) and claim them for this dataset. Rows
+        of another dataset, or overlapping one, are refused; a ledger that this refused
+        release created is removed again (nothing was spent)."""
         fingerprint = self.folder.fingerprint(priv_rows)
+        units = hash_units(self.folder.key(), priv_rows, unit_column)
         try:
-            self.folder.claim(fingerprint, self.dataset)
+            self.folder.claim(fingerprint, self.dataset, units,
+                              self.installation.overlap_threshold)
         except UserError:
             self._drop_if_unused(rid)
             raise
@@ -388,11 +482,14 @@ class LifetimeLedger:
             if doc is not None and mine:
                 self._write(doc)
 
-    def raise_caps(self, by: str, reason: str, epsilon: float | None = None,
+    def raise_caps(self, signing_key: str | Path, reason: str, epsilon: float | None = None,
                    delta: float | None = None) -> dict[str, Any]:
-        """Raise the stored caps, recording who, when and why; returns the record."""
-        if not by.strip() or not reason.strip():
-            raise UserError("ledger raise: --by and --reason must say who raises the cap and why")
+        """Raise the stored caps (at most to the installation's maximum), signed by a key
+        the installation trusts for raises; records the key, when, why and the signature."""
+        if not reason.strip():
+            raise UserError("ledger raise: --reason must say why the cap is raised")
+        key = self.raise_signer(signing_key)
+        signer = key_id(key.public_key())
         with self._locked():
             doc = self._read()
             if doc is None:
@@ -407,13 +504,31 @@ class LifetimeLedger:
                                 f"(epsilon {old_eps:g}, delta {old_delta:g}), finite, delta < 1")
             if (new_eps, new_delta) == (old_eps, old_delta):
                 raise UserError("ledger raise: give --epsilon or --delta above the current cap")
-            record = {"when": _now(), "by": by.strip(), "reason": reason.strip(),
+            inst = self.installation
+            if new_eps > inst.max_epsilon or new_delta > inst.max_delta:
+                raise UserError(f"ledger raise: epsilon {new_eps:g}, delta {new_delta:g} exceed "
+                                f"{inst.where()}, epsilon {inst.max_epsilon:g}, delta "
+                                f"{inst.max_delta:g}; only the administrator can raise it")
+            record = {"domain": _RAISE_DOMAIN, "ledger_id": self.folder.ledger_id(),
+                      "dataset": self.dataset, "when": _now(), "nonce": secrets.token_hex(8),
+                      "by": signer, "reason": reason.strip(),
                       "lifetime_epsilon": {"from": old_eps, "to": new_eps},
                       "lifetime_delta": {"from": old_delta, "to": new_delta}}
+            record["signature"] = key.sign(_raise_payload(record)).hex()
             doc.setdefault("raises", []).append(record)
             doc["lifetime_epsilon"], doc["lifetime_delta"] = new_eps, new_delta
             self._write(doc)
             return record
+
+    def raise_signer(self, signing_key: str | Path) -> Ed25519PrivateKey:
+        """The private key at ``signing_key``, if the installation trusts it for raises."""
+        key = load_private_key(signing_key)
+        signer = key_id(key.public_key())
+        if signer not in {key_id(load_public_key(p)) for p in self.installation.raise_keys}:
+            raise UserError(f"{signing_key}: key {signer} is not trusted for raises by "
+                            f"{self.installation.where()}; the administrator lists the "
+                            "raise keys in [raise] trusted_keys")
+        return key
 
     def summary(self) -> dict[str, Any]:
         """The ledger as `selpe-audit ledger show` prints it."""
@@ -422,16 +537,21 @@ class LifetimeLedger:
             raise UserError(f"no lifetime ledger for dataset '{self.dataset}' in "
                             f"{self.path.parent}; 'selpe-audit ledger show' lists them")
         spent_eps, spent_delta = _committed(doc)
-        cap_eps, cap_delta = _caps(doc)
+        cap_eps, cap_delta = self.caps()
         return {"dataset": self.dataset, "file": str(self.path), "created": doc.get("created"),
                 "lifetime_epsilon": cap_eps, "lifetime_delta": cap_delta,
                 "committed_epsilon": spent_eps, "committed_delta": spent_delta,
                 "releases": doc["releases"], "raises": doc.get("raises", [])}
 
 
+def _raise_payload(record: dict[str, Any]) -> bytes:
+    """The exact bytes a raise key signs: the record without its signature."""
+    return json.dumps({k: v for k, v in record.items() if k != "signature"}, sort_keys=True,
+                      separators=(",", ":")).encode("utf-8")
+
+
 def _caps(doc: dict[str, Any]) -> tuple[float, float]:
-    return (float(doc.get("lifetime_epsilon", DEFAULT_LIFETIME_EPSILON)),
-            float(doc.get("lifetime_delta", DEFAULT_LIFETIME_DELTA)))
+    return float(doc["lifetime_epsilon"]), float(doc["lifetime_delta"])
 
 
 def _committed(doc: dict[str, Any]) -> tuple[float, float]:

@@ -1,7 +1,9 @@
 """``selpe-audit ledger``: show the lifetime ledgers, or raise a dataset's caps on purpose.
 
 A release never raises a cap (its settings can only lower its own); raising one is this
-separate command, which asks for confirmation and records who, when and why in the
+separate command: it asks for confirmation, must be signed with a key the installation
+trusts for raises (``[raise] trusted_keys`` in the root-owned installation file), never goes
+above the installation's maximum, and records the key, when, why and the signature in the
 dataset's ledger file.
 """
 
@@ -15,6 +17,7 @@ from rich.console import Console
 from rich.prompt import Confirm
 from rich.table import Table
 
+from release.installation import load_installation
 from release.ledger import LedgerFolder, LifetimeLedger, ledger_folder
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
@@ -25,12 +28,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="every dataset's caps and spend, or one dataset's "
                                        "releases and raises")
     show.add_argument("--dataset", help="one dataset: its releases and cap raises")
-    rse = sub.add_parser("raise", help="raise a dataset's lifetime epsilon (or delta), "
-                                       "recording who and why")
+    rse = sub.add_parser("raise", help="raise a dataset's lifetime epsilon (or delta), signed "
+                                       "with a raise key the installation trusts")
     rse.add_argument("--dataset", required=True, help="the dataset whose caps to raise")
     rse.add_argument("--epsilon", type=float, help="the new lifetime epsilon (above the cap)")
     rse.add_argument("--delta", type=float, help="the new lifetime delta (above the cap)")
-    rse.add_argument("--by", required=True, help="who decides (recorded in the ledger)")
+    rse.add_argument("--key", required=True, metavar="PRIVATE.pem",
+                     help="the raise key (its public key must be in the installation file's "
+                          "[raise] trusted_keys); its key id and signature are recorded")
     rse.add_argument("--reason", required=True, help="why (recorded in the ledger)")
     rse.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     for q in (show, rse):
@@ -46,6 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.epsilon is None and args.delta is None:
         raise UserError("ledger raise: give --epsilon and/or --delta, the new cap(s)")
     ledger = LifetimeLedger(folder, args.dataset)
+    ledger.raise_signer(args.key)  # an untrusted key is refused before anything is asked
     s = ledger.summary()
     new_eps = s["lifetime_epsilon"] if args.epsilon is None else args.epsilon
     new_delta = s["lifetime_delta"] if args.delta is None else args.delta
@@ -59,14 +65,17 @@ def _run(args: argparse.Namespace) -> int:
         if not Confirm.ask(question, default=False):
             out.print("nothing changed")
             return 1
-    record = ledger.raise_caps(args.by, args.reason, epsilon=args.epsilon, delta=args.delta)
+    record = ledger.raise_caps(args.key, args.reason, epsilon=args.epsilon, delta=args.delta)
     out.print(f"dataset '{args.dataset}': lifetime epsilon {new_eps:g}, delta {new_delta:g}; "
-              f"raise by {record['by']} at {record['when']} recorded in {ledger.path}")
+              f"raise signed by key {record['by']} at {record['when']} recorded in {ledger.path}")
     return 0
 
 
 def _show(out: Console, folder: Path, dataset: str | None) -> int:
     lf = LedgerFolder(folder)
+    inst = load_installation()
+    out.print(f"caps in force never pass {inst.where()}: epsilon {inst.max_epsilon:g}, delta "
+              f"{inst.max_delta:g}; {len(inst.raise_keys)} raise key(s) trusted", markup=False)
     if dataset is None:
         t = Table(title=f"lifetime ledgers in {lf.path}")
         for col in ("dataset", "epsilon spent", "epsilon cap", "delta spent", "delta cap",
@@ -92,20 +101,23 @@ def _show(out: Console, folder: Path, dataset: str | None) -> int:
                   r.get("started", ""), r.get("data_fingerprint", "")[:16])
     out.print(t)
     for r in s["raises"]:
-        out.print(f"raised {r['when']} by {r['by']}: epsilon {r['lifetime_epsilon']['from']:g} "
-                  f"-> {r['lifetime_epsilon']['to']:g}, delta {r['lifetime_delta']['from']:g} "
-                  f"-> {r['lifetime_delta']['to']:g}; reason: {r['reason']}", markup=False)
+        out.print(f"raised {r['when']} by key {r['by']}: epsilon "
+                  f"{r['lifetime_epsilon']['from']:g} -> {r['lifetime_epsilon']['to']:g}, "
+                  f"delta {r['lifetime_delta']['from']:g} -> {r['lifetime_delta']['to']:g}; "
+                  f"reason: {r['reason']}", markup=False)
     return 0
 
 
 COMMAND = Command(
     name="ledger",
-    help="(enclave) show the lifetime ledgers, or raise a dataset's cap with a recorded reason",
+    help="(enclave) show the lifetime ledgers, or raise a dataset's cap with a signed reason",
     description="The lifetime ledger keeps every release's epsilon and delta per dataset, in "
                 "one folder per installation ($SELPE_AUDIT_LEDGER, else "
                 "/var/lib/selpe-audit/ledger, else ~/.local/share/selpe-audit/ledger). A "
-                "dataset's caps are fixed when its ledger is created; 'ledger raise' is the "
-                "only way to raise them, and it records who, when and why.",
+                "dataset's caps are fixed when its ledger is created, never above the "
+                "installation's maximum (/etc/selpe-audit/installation.toml, owned by root); "
+                "'ledger raise' is the only way to raise them, signed with a raise key the "
+                "installation trusts, and it records the key, when and why.",
     add_arguments=_add_arguments,
     run=_run,
 )

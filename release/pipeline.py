@@ -23,6 +23,7 @@ from release import counts_model
 from release.config import ReleaseConfig
 from release.counts import UNIT_COL, counts_section, derive_frame, plan_queries
 from release.enclave_log import EnclaveLog
+from release.installation import Installation, load_installation
 from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
 from release.opendp_mechanisms import PrivacyUnit, release_counts
 from release.phrases import CONSTRUCTOR as PHRASES_CONSTRUCTOR
@@ -86,18 +87,22 @@ class ReleaseResult:
 
 
 def run_release(cfg: ReleaseConfig, console: Console | None = None,
-                models: Models | None = None) -> ReleaseResult:
+                models: Models | None = None,
+                installation: Installation | None = None) -> ReleaseResult:
     """One release of ``cfg``; the LLM and the embedder come from ``models`` (default: the
-    process's own, `selpe_audit.models.shared`), loaded there on first use. The private
+    process's own, `selpe_audit.models.shared`), loaded there on first use; the lifetime
+    caps' ceiling from ``installation`` (default: the installation file). The private
     texts the release embedded are forgotten when it ends, however it ends."""
     models = models or shared()
     try:
-        return _release(cfg, console or Console(stderr=True, highlight=False), models)
+        return _release(cfg, console or Console(stderr=True, highlight=False), models,
+                        installation or load_installation())
     finally:
         models.forget_private_texts()
 
 
-def _release(cfg: ReleaseConfig, con: Console, models: Models) -> ReleaseResult:
+def _release(cfg: ReleaseConfig, con: Console, models: Models,
+             installation: Installation) -> ReleaseResult:
     schema = load_schema(cfg.schema)
     cfg.check(schema)
     key = load_private_key(cfg.release_key)
@@ -106,7 +111,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models) -> ReleaseResult:
     unit = PrivacyUnit(UNIT_COL if person_field else None, cfg.privacy_unit.max_contributions)
     budget, sel = cfg.budget, cfg.selection
     ledger = LifetimeLedger(budget.lifetime_ledger, cfg.dataset, budget.lifetime_epsilon,
-                            budget.lifetime_delta)
+                            budget.lifetime_delta, installation)
     planned = budget.epsilon
     ledger_id = ledger.folder.ledger_id()
     source, codebooks, embedder = None, {}, None
@@ -135,7 +140,8 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models) -> ReleaseResult:
         with con.status("reading private rows (once)"):
             table = read_private_rows(cfg.source, schema, invalid=cfg.invalid_rows)
         _report_table(log, table)
-        ledger.bind_data(rid, table.priv_rows)  # a renamed copy of released rows: refused
+        # a renamed copy, or rows sharing people with another dataset: refused
+        ledger.bind_data(rid, table.priv_rows, person_field)
         log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.1f} s")
     except BaseException:
         ledger.finish(rid, "aborted")
@@ -173,7 +179,8 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models) -> ReleaseResult:
         raise RuntimeError("OpenDP accounting exceeds the configured budget")
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
                          counts_block, selection, total_delta,
-                         run.accounting.mu if run is not None else None, lifetime)
+                         run.accounting.mu if run is not None else None, lifetime,
+                         source_key=ledger.folder.key())
     path = write_release(cfg.out, doc, cfg.release_key)
     write_review_html(cfg.out, doc)
     ledger.finish(rid, "released", epsilon=total, delta=total_delta)
@@ -336,12 +343,16 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                    entries: list[LedgerEntry], total: float, counts: dict[str, Any],
                    selection: dict[str, Any] | None = None, total_delta: float = 0.0,
                    selection_mu: float | None = None,
-                   lifetime: dict[str, Any] | None = None) -> dict[str, Any]:
+                   lifetime: dict[str, Any] | None = None, *,
+                   source_key: bytes) -> dict[str, Any]:
+    """The artifact's document; ``source_key``: the enclave secret that keys a database
+    query's HMAC (the ledger folder's key)."""
     budget, counts_cfg = cfg.budget, cfg.counts
     unit = privacy_unit_block(cfg, schema, selection is not None)
     guarantees = derived_guarantees(total, total_delta, unit)
     if selection_mu is not None:
-        guarantees["selection_gdp"] = gdp_interpretation(selection_mu)
+        guarantees["selection_gdp"] = gdp_interpretation(
+            selection_mu, counts=counts_accounting(cfg, entries))
     lifetime_caps = {"lifetime_epsilon": budget.lifetime_epsilon,
                      "lifetime_delta": budget.lifetime_delta}
     if lifetime is not None:
@@ -353,7 +364,7 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
         "format_version": FORMAT_VERSION,
         "tool": tool_versions(),
         "dataset": cfg.dataset,
-        "source": source_description(cfg.source),
+        "source": source_description(cfg.source, source_key),
         "schema": schema.public_json(),
         "schema_sha256": schema.sha256(),
         "privacy_unit": unit,
@@ -378,6 +389,23 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
     }
 
 
+def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:
+    """The noisy counts' accounting in words, from their ledger entries: pure epsilon-DP in
+    "marginals", else rho-zCDP with OpenDP's (epsilon, delta) conversion (and the phrase
+    vocabularies' own (epsilon, delta))."""
+    counts = [e for e in entries if e.id.startswith("counts/")]
+    if not cfg.counts.is_model:
+        return f"pure epsilon-DP (epsilon {sum(e.epsilon for e in counts):.4g})"
+    conv = next(e for e in counts if e.id == counts_model.CONVERSION_ID)
+    words = (f"rho-zCDP (rho {conv.rho:.4g}, which OpenDP converts to "
+             f"({conv.epsilon:.4g}, {conv.delta:.3g})-DP)")
+    phrases = [e for e in counts if e.id != conv.id and e.accounting != "rho-zCDP"]
+    if phrases:
+        words += (f" plus ({sum(e.epsilon for e in phrases):.4g}, "
+                  f"{sum(e.delta for e in phrases):.3g})-DP phrase vocabularies")
+    return words
+
+
 def _accountant(cfg: ReleaseConfig, selection_mu: float | None) -> str:
     if cfg.counts.is_model:
         return MODEL_ACCOUNTANT
@@ -386,7 +414,7 @@ def _accountant(cfg: ReleaseConfig, selection_mu: float | None) -> str:
 
 def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dict[str, Any]:
     """The unit, what the guarantee protects, and how each mechanism bounds one unit."""
-    pu = cfg.privacy_unit
+    pu = cfg.privacy_unit.resolved(schema)
     unit: dict[str, Any] = {"unit": pu.unit}
     if pu.unit == "person":
         unit.update(id_field=pu.id_field or schema.id_field,
@@ -406,7 +434,7 @@ def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dic
 
 
 def _person_field(cfg: ReleaseConfig, schema: Schema) -> str | None:
-    pu = cfg.privacy_unit
+    pu = cfg.privacy_unit.resolved(schema)
     return None if pu.unit == "row" else (pu.id_field or schema.id_field)
 
 

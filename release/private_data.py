@@ -69,10 +69,11 @@ def read_private_rows(source: str | Path | DatabaseSource, schema: Schema,
     return _validate(frame, schema, invalid, str(p))
 
 
-def source_description(source: str | Path | DatabaseSource) -> dict[str, Any]:
-    """The artifact's ``source`` block: the kind of source, never its location."""
+def source_description(source: str | Path | DatabaseSource, key: bytes) -> dict[str, Any]:
+    """The artifact's ``source`` block: the kind of source, never its location (``key``: the
+    enclave secret that keys a query's HMAC)."""
     if isinstance(source, DatabaseSource):
-        return source.public_description()
+        return source.public_description(key)
     return {"kind": "file", "format": FORMATS[Path(source).suffix.lower()]}
 
 

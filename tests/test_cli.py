@@ -37,3 +37,23 @@ def test_no_command_prints_help():
     r = run()
     assert r.returncode != 0
     assert "usage" in r.stdout
+
+
+def test_release_help_states_the_config_defaults():
+    """--help's defaults are read from the config (they once said T = b = 5 for 1 and 20)."""
+    import argparse
+    from dataclasses import fields
+
+    from release import cli
+    from release.config import BudgetConfig, SelectionConfig
+
+    parser = argparse.ArgumentParser(prog="selpe-audit release")
+    cli.COMMAND.add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    sel = {f.name: f.default for f in fields(SelectionConfig)}
+    for flag, name in (("--rounds", "rounds"), ("--batches", "batches"), ("--k", "k")):
+        (action,) = [a for a in parser._actions if flag in a.option_strings]
+        assert f"(default {sel[name]})" in str(action.help), flag
+    assert sel["rounds"] == 1 and sel["batches"] == 20  # the defaults the help once got wrong
+    share = {f.name: f.default for f in fields(BudgetConfig)}["counts_share"]
+    assert f"(default {share:g}; 1 = counts only)" in text

@@ -40,14 +40,50 @@ def test_urls_are_recognised_and_passwords_refused():
         DatabaseSource("postgresql://u@h/db", table="t; drop table t")
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://reader@db/ehr?password=hunter2",
+    "postgresql://reader@db/ehr?sslmode=require&password=hunter2",
+    "postgres://reader@db/ehr?PASSWORD=hunter2",
+    "postgresql://reader@db/ehr?pass%77ord=hunter2",  # percent-encoded key
+    "postgresql://reader@db/ehr?password=",
+])
+def test_a_password_in_the_query_string_is_refused_like_one_in_the_userinfo(url):
+    with pytest.raises(UserError) as userinfo:
+        DatabaseSource("postgresql://reader:hunter2@db/ehr", table="t")
+    with pytest.raises(UserError) as query:
+        DatabaseSource(url, table="t")
+    assert str(query.value) == str(userinfo.value)
+    assert "\n" not in str(query.value) and "hunter2" not in str(query.value)
+    # a password file is still the way to give it
+    DatabaseSource("postgresql://reader@db/ehr?passfile=/enclave/pgpass&sslmode=require",
+                   table="t")
+
+
 def test_public_description_names_no_location():
     src = DatabaseSource("postgresql://reader@db.hospital.example:5432/ehr",
                          query="SELECT * FROM triage WHERE ward = 'ED'")
-    desc = src.public_description()
-    assert desc["kind"] == "postgresql" and len(desc["query_sha256"]) == 64
+    desc = src.public_description(bytes(range(32)))
+    assert set(desc) == {"kind", "query_hmac_sha256"}
+    assert desc["kind"] == "postgresql" and len(desc["query_hmac_sha256"]) == 64
     text = str(desc)
     for leak in ("hospital", "reader", "ehr", "5432", "triage", "ward"):
         assert leak not in text
+
+
+def test_the_query_is_keyed_not_hashed():
+    """An unkeyed SHA-256 of a short query is undone by hashing guesses (ward = 'oncology')."""
+    import hashlib
+
+    src = DatabaseSource("postgresql://reader@db/ehr",
+                         query="SELECT * FROM triage WHERE ward = 'oncology';")
+    key = bytes(range(32))
+    mac = src.public_description(key)["query_hmac_sha256"]
+    for guess in (src.sql, src.query):
+        assert mac != hashlib.sha256(str(guess).encode()).hexdigest()
+    assert mac == src.public_description(key)["query_hmac_sha256"]  # the enclave recomputes it
+    assert mac != src.public_description(bytes(32))["query_hmac_sha256"]  # under its own key
+    with pytest.raises(ValueError):
+        src.public_description(b"")
 
 
 def test_rows_from_the_database_equal_the_csv(pg, demo_schema, reader_pw):
@@ -146,6 +182,7 @@ def _shape(x):
 
 def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_key,
                                                                     tmp_path, demo_schema):
+    import hashlib
     import json
 
     rows = read_private_rows(DEMO_SAMPLE, demo_schema).priv_rows
@@ -161,6 +198,13 @@ def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_
     doc_csv = json.loads((out_csv / "release.json").read_text())
     assert _shape(doc_db) == _shape(doc_csv)
     assert doc_db["source"]["kind"] == "postgresql" and len(doc_db["source"]) == 2
+    # keyed with the ledger folder's secret, which stays in the enclave
+    from release.ledger import LedgerFolder
+
+    src = DatabaseSource(pg.url(), table="public.triage_canary")
+    key = LedgerFolder(tmp_path / "db" / "ledger").key()
+    assert doc_db["source"] == src.public_description(key)
+    assert doc_db["source"]["query_hmac_sha256"] != hashlib.sha256(src.sql.encode()).hexdigest()
     assert doc_csv["source"] == {"kind": "file", "format": "csv"}
     # nothing about the location, and no private value, in any output
     blobs = [r_db.stdout, r_db.stderr]

@@ -1,5 +1,7 @@
-"""Issue 18, items 2, 3 and 5: a lifetime budget no flag can raise or escape, guarantees
-worded by the privacy unit, and the small exactness fixes (zero shares refused before any
+"""Issue 18, items 2, 3 and 5, and issue 32 item 2: a lifetime budget no flag can raise or
+escape (an installation maximum, a MAC on every ledger file, signed raises, datasets by the
+people in them, not by name), guarantees worded by the privacy unit, and the small
+exactness fixes (zero shares refused before any
 reservation, the person id as OpenDP's identifier, the enclave-only log)."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 
 from release.config import load_config
 from release.counts import UNIT_COL, derive_frame
+from release.installation import INSTALLATION_ENV, Installation, load_installation
 from release.ledger import (
     FIXED_ENV,
     LEDGER_ENV,
@@ -24,9 +27,10 @@ from release.ledger import (
     default_ledger_folder,
     ledger_folder,
 )
+from release.ledger_units import hash_units, overlap
 from release.pipeline import run_release
 from selpe_audit.artifact.guarantees import derived_guarantees
-from selpe_audit.artifact.signing import generate_keypair
+from selpe_audit.artifact.signing import generate_keypair, key_id, load_private_key
 from selpe_audit.errors import UserError
 from selpe_audit.schema import demo_schema_path
 from tests.conftest import DEMO_SAMPLE, ROOT, with_settings
@@ -58,11 +62,33 @@ def _release_args(tmp: Path, key: Path, *extra: str) -> list[str]:
             "--out", str(tmp / "out"), "--lifetime-ledger", str(tmp / "ledger"), *extra]
 
 
-# ----- item 2: the cap is the ledger's, raised only by `ledger raise` -----------------------
+# ----- item 2: the cap is the ledger's, raised only by a signed `ledger raise` --------------
 
-def test_a_flag_cannot_raise_the_cap_only_ledger_raise_can(tmp_path, keys):
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own the installation "
+                               "file (CI runs as root)")
+
+
+def _installation(tmp: Path, max_epsilon: float = 20.0) -> tuple[Path, Path]:
+    """A root-owned installation file (max epsilon ``max_epsilon``) trusting one raise key;
+    returns (the file, the raise key's private PEM)."""
+    folder = tmp / "etc"
+    folder.mkdir(mode=0o755)
+    raise_key, raise_pub, _ = generate_keypair(folder / "raise.pem")
+    conf = folder / "installation.toml"
+    conf.write_text(f"[lifetime]\nmax_epsilon = {max_epsilon}\nmax_delta = 1e-4\n\n"
+                    f'[raise]\ntrusted_keys = ["{raise_pub}"]\n')
+    return conf, raise_key
+
+
+@ROOT_ONLY
+def test_a_flag_cannot_raise_the_cap_only_a_signed_ledger_raise_can(tmp_path, keys,
+                                                                    monkeypatch):
     """6 of 10 spent: --lifetime-epsilon 1000 is refused before any row is read; the caps
-    stay; `ledger raise` (with --yes) raises them and records who, when and why."""
+    stay; `ledger raise` needs --yes off a terminal and a raise key the installation trusts
+    (the release key is refused), never passes the installation's maximum, and records the
+    key id and its signature over the raise."""
+    conf, raise_key = _installation(tmp_path)
+    monkeypatch.setenv(INSTALLATION_ENV, str(conf))
     ledger = LifetimeLedger(tmp_path / "ledger", "ed_triage_demo", 10.0)
     ledger.finish(ledger.reserve(6.0), "released")
     r = _cli(*_release_args(tmp_path, keys[0], "--epsilon", "6", "--lifetime-epsilon", "1000"))
@@ -72,66 +98,186 @@ def test_a_flag_cannot_raise_the_cap_only_ledger_raise_can(tmp_path, keys):
     assert ledger.spent() == (6.0, 0.0) and ledger.caps()[0] == 10.0
     r = _cli(*_release_args(tmp_path, keys[0], "--epsilon", "6"))  # the ledger's own cap
     assert r.returncode != 0 and "would be exceeded" in r.stderr
-    r = _cli("ledger", "raise", "--dataset", "ed_triage_demo", "--epsilon", "20",
-             "--by", "A. Steward", "--reason", "board decision 42",
-             "--ledger", str(tmp_path / "ledger"))
+    raise_args = ["ledger", "raise", "--dataset", "ed_triage_demo", "--reason", "board 42",
+                  "--ledger", str(tmp_path / "ledger")]
+    r = _cli(*raise_args, "--epsilon", "20", "--key", str(raise_key))
     assert r.returncode != 0 and "--yes" in r.stderr  # not a terminal: no silent raise
-    r = _cli("ledger", "raise", "--dataset", "ed_triage_demo", "--epsilon", "20", "--yes",
-             "--by", "A. Steward", "--reason", "board decision 42",
-             "--ledger", str(tmp_path / "ledger"))
+    for key, epsilon, needle in ((keys[0], "20", "not trusted for raises"),
+                                 (raise_key, "30", "exceed this installation's maximum")):
+        r = _cli(*raise_args, "--epsilon", epsilon, "--key", str(key), "--yes")
+        assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    r = _cli(*raise_args, "--epsilon", "20", "--key", str(raise_key), "--yes")
     assert r.returncode == 0, r.stderr
     doc = json.loads(ledger.path.read_text())
     assert doc["lifetime_epsilon"] == 20.0
     (raised,) = doc["raises"]
-    assert raised["by"] == "A. Steward" and raised["reason"] == "board decision 42"
+    public = load_private_key(raise_key).public_key()
+    assert raised["by"] == key_id(public) and raised["reason"] == "board 42"
     assert raised["lifetime_epsilon"] == {"from": 10.0, "to": 20.0} and raised["when"]
+    signed = {k: v for k, v in raised.items() if k != "signature"}
+    public.verify(bytes.fromhex(raised["signature"]),
+                  json.dumps(signed, sort_keys=True, separators=(",", ":")).encode())
     r = _cli(*_release_args(tmp_path, keys[0], "--epsilon", "6"))
     assert r.returncode == 0, r.stderr
     r = _cli("ledger", "show", "--ledger", str(tmp_path / "ledger"))
     assert r.returncode == 0 and "ed_triage_demo" in r.stdout and "20" in r.stdout
     r = _cli("ledger", "show", "--dataset", "ed_triage_demo", "--ledger", str(tmp_path / "ledger"))
-    assert r.returncode == 0 and "board decision 42" in r.stdout and "released" in r.stdout
+    assert r.returncode == 0 and "board 42" in r.stdout and "released" in r.stdout
 
 
-def test_raise_refuses_lowering_and_unknown_datasets(tmp_path):
-    ledger = LifetimeLedger(tmp_path, "ds", 5.0)
+@ROOT_ONLY
+def test_raise_refuses_lowering_unknown_datasets_and_untrusted_keys(tmp_path, keys):
+    conf, raise_key = _installation(tmp_path)
+    inst = load_installation(conf)
+    ledger = LifetimeLedger(tmp_path, "ds", 5.0, installation=inst)
     with pytest.raises(UserError, match="no lifetime ledger for dataset 'ds'"):
-        ledger.raise_caps("me", "why", epsilon=6.0)
+        ledger.raise_caps(raise_key, "why", epsilon=6.0)
     ledger.reserve(1.0)
     with pytest.raises(UserError, match="at least the current ones"):
-        ledger.raise_caps("me", "why", epsilon=4.0)
-    with pytest.raises(UserError, match="--by and --reason"):
-        ledger.raise_caps("me", " ", epsilon=6.0)
-    ledger.raise_caps("me", "why", epsilon=6.0)
-    assert LifetimeLedger(tmp_path, "ds").caps() == (6.0, 1e-5)
+        ledger.raise_caps(raise_key, "why", epsilon=4.0)
+    with pytest.raises(UserError, match="--reason"):
+        ledger.raise_caps(raise_key, " ", epsilon=6.0)
+    with pytest.raises(UserError, match="not trusted for raises"):
+        ledger.raise_caps(keys[0], "why", epsilon=6.0)
+    with pytest.raises(UserError, match="not trusted for raises"):  # no installation file
+        LifetimeLedger(tmp_path, "ds", installation=Installation()).raise_caps(
+            raise_key, "why", epsilon=6.0)
+    ledger.raise_caps(raise_key, "why", epsilon=6.0)
+    assert LifetimeLedger(tmp_path, "ds", installation=inst).caps() == (6.0, 1e-4)
     # a release's setting may lower its own cap, never the stored one
-    assert LifetimeLedger(tmp_path, "ds", 2.0).caps() == (6.0, 1e-5)
-    with pytest.raises(UserError, match=r"> 2, lowered by this release's lifetime_epsilon"):
-        LifetimeLedger(tmp_path, "ds", 2.0).reserve(1.5)
+    assert LifetimeLedger(tmp_path, "ds", 2.0, installation=inst).caps() == (6.0, 1e-4)
+    with pytest.raises(UserError, match=r"> 2, lowered from 6 by this release's"):
+        LifetimeLedger(tmp_path, "ds", 2.0, installation=inst).reserve(1.5)
 
 
-def test_renamed_copy_of_the_same_rows_is_refused_and_refunded(tmp_path, keys):
-    """The same rows (shuffled, columns reordered, under another name) are the same dataset:
-    refused after reading, before any mechanism; the new name's ledger is not created."""
-    run_release(_cfg(tmp_path, keys[0], dataset="triage"))
+@ROOT_ONLY
+def test_installation_maximum_is_a_ceiling_no_release_or_ledger_passes(tmp_path, monkeypatch):
+    """A new ledger takes the installation's maximum, a flag above it is refused, and a
+    stored cap above a later (lowered) maximum is cut to it; without the file the built-in
+    defaults are the maximum."""
+    conf, _ = _installation(tmp_path, max_epsilon=4.0)
+    inst = load_installation(conf)
+    assert (inst.max_epsilon, inst.max_delta, inst.source) == (4.0, 1e-4, str(conf))
+    with pytest.raises(UserError, match=r"lifetime_epsilon 5 exceeds this installation's "
+                                        r"maximum .*installation.toml\), 4"):
+        LifetimeLedger(tmp_path / "l", "a", 5.0, installation=inst).reserve(1.0)
+    assert LifetimeLedger(tmp_path / "l", "a", installation=inst).caps() == (4.0, 1e-4)
+    LifetimeLedger(tmp_path / "l", "b", installation=Installation()).reserve(1.0)  # caps 10
+    assert LifetimeLedger(tmp_path / "l", "b", installation=inst).caps() == (4.0, 1e-5)
+    monkeypatch.delenv(INSTALLATION_ENV, raising=False)
+    monkeypatch.setattr("release.installation.SYSTEM_INSTALLATION", tmp_path / "none.toml")
+    assert load_installation() == Installation() and Installation().max_epsilon == 10.0
+    monkeypatch.setenv(INSTALLATION_ENV, str(tmp_path / "missing.toml"))
+    with pytest.raises(UserError, match="installation file not found"):
+        load_installation()
+
+
+def test_installation_file_anyone_but_root_could_write_is_refused(tmp_path):
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    conf = folder / "installation.toml"
+    conf.write_text("[lifetime]\nmax_epsilon = 1000.0\n")
+    conf.chmod(0o666)
+    with pytest.raises(UserError, match="must be owned by root and writable by no one else"):
+        load_installation(conf)
+    conf.chmod(0o644)
+    if os.geteuid() == 0:
+        os.chown(conf, 1000, 1000)
+        with pytest.raises(UserError, match="must be owned by root"):
+            load_installation(conf)
+        os.chown(conf, 0, 0)
+        conf.write_text("[lifetime]\nmax_epsilon = -1\n")
+        with pytest.raises(UserError, match=r"max_epsilon = -1 is out of range"):
+            load_installation(conf)
+
+
+def _person_split(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    ids = sorted(set(rows["patient_id"]))
+    first = set(ids[: len(ids) // 2])
+    return (rows.filter(pl.col("patient_id").is_in(first)),
+            rows.filter(~pl.col("patient_id").is_in(first)))
+
+
+def test_near_copies_are_the_same_dataset_other_people_are_not(tmp_path, keys):
+    """The same rows shuffled with columns reordered, minus one row, or minus one column,
+    under another name, are the released dataset: refused after reading, before any
+    mechanism, naming it; the new name's ledger is not created. Rows of other people are a
+    new dataset. The folder holds keyed hashes only, never a value of the rows."""
     rows = pl.read_csv(DEMO_SAMPLE, infer_schema=False)
-    copy = tmp_path / "renamed.csv"
-    rows.sample(fraction=1.0, shuffle=True, seed=3).select(reversed(rows.columns)).write_csv(copy)
-    cfg = _cfg(tmp_path, keys[0], dataset="renamed", data=copy, out=tmp_path / "out2")
-    with pytest.raises(UserError) as e:
-        run_release(cfg)
-    msg = str(e.value)
-    assert "\n" not in msg and "dataset 'triage'" in msg and "triage.ledger.json" in msg
-    assert not (tmp_path / "ledger" / "renamed.ledger.json").exists()
-    assert not (tmp_path / "out2" / "release.json").exists()
+    mine, others = _person_split(rows)
+    (tmp_path / "mine.csv").write_text(mine.write_csv())
+    run_release(_cfg(tmp_path, keys[0], dataset="triage", data=tmp_path / "mine.csv"))
+    schema = json.loads(demo_schema_path().read_text())
+    del schema["properties"]["pain_score"]
+    schema["required"] = [f for f in schema["required"] if f != "pain_score"]
+    (tmp_path / "fewer.schema.json").write_text(json.dumps(schema))
+    near = {"renamed": (mine.sample(fraction=1.0, shuffle=True, seed=3)
+                        .select(reversed(mine.columns)), {}),
+            "minus-row": (mine.head(mine.height - 1), {}),
+            "minus-column": (mine.drop("pain_score"),
+                             {"schema": tmp_path / "fewer.schema.json"})}
+    for name, (frame, extra) in near.items():
+        frame.write_csv(tmp_path / f"{name}.csv")
+        cfg = _cfg(tmp_path, keys[0], dataset=name, data=tmp_path / f"{name}.csv",
+                   out=tmp_path / f"out-{name}", **extra)
+        with pytest.raises(UserError) as e:
+            run_release(cfg)
+        msg = str(e.value)
+        assert "\n" not in msg and "dataset 'triage'" in msg and "--dataset triage" in msg
+        assert "triage.ledger.json" in msg and "no DP mechanism ran" in msg
+        assert not (tmp_path / "ledger" / f"{name}.ledger.json").exists()
+        assert not (tmp_path / f"out-{name}" / "release.json").exists()
     assert LifetimeLedger(tmp_path / "ledger", "triage").spent()[0] == pytest.approx(2.0)
-    # the fingerprint index holds keyed hashes only, never a value of the rows
-    index = (tmp_path / "ledger" / LedgerFolder.INDEX_FILE).read_text()
-    assert "P000" not in index and re.search(r'"[0-9a-f]{64}": "triage"', index)
-    # other rows under a new name are a new dataset
-    other = tmp_path / "other.csv"
-    rows.head(rows.height - 1).write_csv(other)
-    run_release(_cfg(tmp_path, keys[0], dataset="other", data=other, out=tmp_path / "out3"))
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "ledger").rglob("*") if p.is_file())
+    assert b"P0" not in stored and re.search(rb'"[0-9a-f]{64}": \{', stored)
+    (tmp_path / "others.csv").write_text(others.write_csv())
+    run_release(_cfg(tmp_path, keys[0], dataset="other", data=tmp_path / "others.csv",
+                     out=tmp_path / "out-other"))
+
+
+def test_overlap_counts_units_of_the_smaller_dataset():
+    """A subset, a superset and a copy minus a column overlap fully; disjoint people do not;
+    a dataset sharing no column shares nothing."""
+    key = b"k" * 32
+    rows = [{"id": f"p{i // 2}", "x": i % 7, "t": f"text {i}"} for i in range(200)]
+    full = hash_units(key, rows, "id")
+    assert overlap(hash_units(key, rows[:50], "id"), full) == 1.0
+    assert overlap(full, hash_units(key, rows[:50], "id")) == 1.0
+    assert overlap(hash_units(key, [{k: r[k] for k in ("id", "t")} for r in rows], "id"),
+                   full) == 1.0
+    assert overlap(hash_units(key, rows[:100], "id"), hash_units(key, rows[100:], "id")) == 0
+    assert overlap(hash_units(key, [{"y": 1}] * 5, None), full) == 0.0
+    with_other_key = hash_units(b"j" * 32, rows, "id")
+    assert overlap(with_other_key, full) == 0.0  # hashes mean nothing without the key
+
+
+def test_ledger_edited_by_hand_is_refused(tmp_path):
+    """Every ledger file, the index and the unit hashes are sealed by the folder's key."""
+    ledger = LifetimeLedger(tmp_path, "ds", installation=Installation())
+    rid = ledger.reserve(4.0)
+    ledger.bind_data(rid, [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}])
+    ledger.finish(rid, "released")
+    doc = json.loads(ledger.path.read_text())
+    doc["releases"][0]["epsilon"] = 0.5
+    ledger.path.write_text(json.dumps(doc))
+    for call in (ledger.spent, lambda: ledger.reserve(1.0), ledger.summary):
+        with pytest.raises(UserError, match=r"ds.ledger.json: the lifetime ledger's MAC does "
+                                            r"not match: it was edited outside selpe-audit"):
+            call()
+    del doc["mac"]
+    ledger.path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="MAC does not match"):
+        ledger.spent()
+    r = subprocess.run([EXE, "ledger", "show", "--ledger", str(tmp_path)], capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "MAC does not match" in r.stderr
+    assert "Traceback" not in r.stderr
+    other = LifetimeLedger(tmp_path, "other", installation=Installation())
+    index = tmp_path / LedgerFolder.INDEX_FILE
+    index.write_text(index.read_text().replace('"ds"', '"elsewhere"'))
+    with pytest.raises(UserError, match="fingerprint index's MAC does not match"):
+        other.bind_data(other.reserve(1.0), [{"a": 3, "b": "z"}])
 
 
 def test_artifact_names_the_ledger_and_reservation_not_the_path(tmp_path, keys):

@@ -81,7 +81,8 @@ def test_demo_release_counts_are_complete_signed_and_accounted(tmp_path, keys, c
     out, err = capfd.readouterr()
     blobs = [out, err] + [p.read_bytes().decode("utf-8", "replace")
                           for p in cfg.out.rglob("*") if p.is_file()]
-    blobs += [p.read_text() for p in Path(cfg.budget.lifetime_ledger).glob("*")]
+    blobs += [p.read_bytes().decode("utf-8", "replace")  # the unit hashes too
+              for p in Path(cfg.budget.lifetime_ledger).rglob("*") if p.is_file()]
     for blob in blobs:
         for canary in (CANARY_ID, "zebra-quokka", str(CANARY_TEMP)):
             assert canary not in blob
@@ -282,3 +283,42 @@ def test_example_configs_pass_checks(tmp_path, keys, demo_schema, name):
         # says, to a Gaussian mode
         gaussian = {"selection_mode": "pe-histogram"} if line.startswith("delta") else {}
         load_config(p, {"release_key": keys[0], **gaussian})
+
+
+def _no_id_schema(demo_schema):
+    from selpe_audit.schema import parse_schema
+
+    raw = json.loads(json.dumps(demo_schema.raw))
+    raw.pop("x-id")
+    return parse_schema(raw)
+
+
+def test_the_default_unit_is_the_person_when_the_schema_names_one(tmp_path, keys,
+                                                                   demo_schema):
+    """No unit in the TOML or on the command line: the schema's x-id makes it the person (a
+    row unit would protect a person with m rows only at m times epsilon); "row" stays a
+    choice, and a schema without x-id keeps the row."""
+    from release.pipeline import _person_field, privacy_unit_block
+
+    base = {"data": DEMO_SAMPLE, "schema": demo_schema_path(), "release_key": keys[0],
+            "out": tmp_path / "out", "lifetime_ledger": tmp_path / "ledger",
+            "counts_mode": "marginals", "counts_share": 1.0, "selection_share": 0.0}
+    cfg = load_config(None, base).check(demo_schema)
+    assert cfg.privacy_unit.resolved(demo_schema).unit == "person"
+    assert _person_field(cfg, demo_schema) == "patient_id"
+    block = privacy_unit_block(cfg, demo_schema, False)
+    assert block["unit"] == "person" and block["id_field"] == "patient_id"
+    assert block["max_contributions"] == 1
+    row = load_config(None, {**base, "unit": "row"}).check(demo_schema)
+    assert privacy_unit_block(row, demo_schema, False)["unit"] == "row"
+    assert _person_field(row, demo_schema) is None
+    plain = _no_id_schema(demo_schema)
+    assert privacy_unit_block(cfg, plain, False)["unit"] == "row"
+    named = load_config(None, {**base, "id_field": "patient_id", "max_contributions": 2})
+    assert privacy_unit_block(named.check(plain), plain, False)["unit"] == "person"
+    with pytest.raises(UserError, match="max_contributions applies to unit = 'person'"):
+        load_config(None, {**base, "max_contributions": 2}).check(plain)
+    # the signed artifact says so: a default release of the demo schema is person-level
+    doc = run_release(cfg).doc
+    assert doc["privacy_unit"]["unit"] == "person"
+    assert "any one person" in doc["privacy_unit"]["protects"]

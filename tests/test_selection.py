@@ -183,6 +183,7 @@ def _check_gaussian_ledger(doc, rounds, cfg):
                      if e["id"].startswith("counts/"))
     assert math.isclose(doc["ledger"]["total_epsilon"], counts_eps + eps, rel_tol=1e-9)
     gdp = doc["guarantees"]["selection_gdp"]
+    assert f"pure epsilon-DP (epsilon {counts_eps:.4g})" in gdp["scope"]  # marginals counts
     mu = math.sqrt(sum(e["mu"] ** 2 for e in rounds))
     assert math.isclose(gdp["mu"], mu, rel_tol=1e-9)
     for pr in gdp["reconstruction_success_max"]:

@@ -57,9 +57,41 @@ def test_zcdp_budget_is_opendp_conversion():
 
 def test_gdp_pr_interpretation():
     assert math.isclose(gdp_reconstruction_bound(0.0, 1e-2), 1e-2)
-    block = gdp_interpretation(0.5)
+    block = gdp_interpretation(0.5, counts="pure epsilon-DP (epsilon 1)")
     r = [x["success_max"] for x in block["reconstruction_success_max"]]
     assert block["formula"] == "r = Phi(Phi^-1(p) + mu)" and 1e-2 < r[0] < 0.1 and r[1] > 1e-4
+
+
+@pytest.mark.parametrize("counts_mode", ["marginals", "fixed"])
+def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, counts_mode):
+    """The signed scope sentence once called every counts mode pure epsilon-DP; the model
+    modes are rho-zCDP, converted to (epsilon, delta)."""
+    from release import counts_model
+    from release.ledger import LedgerEntry
+    from release.pipeline import build_document
+
+    cfg = _cfg(tmp_path, counts_share=0.5, selection_share=0.5, counts_mode=counts_mode,
+               selection_mode="pe-histogram")
+    if counts_mode == "marginals":
+        entries = [LedgerEntry("counts/histogram/age", "Laplace", "c", 2.0, 0.75, 0.0, "s",
+                               "sequential")]
+    else:
+        entries = [
+            LedgerEntry("counts/phrases/chief_complaint", "Gaussian", "c", 3.0, 0.2, 1e-7,
+                        "s", "sequential", "(epsilon, delta)-DP"),
+            LedgerEntry(counts_model.TABLE_ID, "Gaussian", "c", 3.0, 0.0, 0.0, "s",
+                        "sequential", "rho-zCDP", rho=0.004),
+            LedgerEntry(counts_model.CONVERSION_ID, "conversion", "c", 0.0, 0.55, 4e-7, "s",
+                        "sequential", "(epsilon, delta)-DP from rho-zCDP", rho=0.005)]
+    doc = build_document(cfg, demo_schema, "kid", entries, 1.0, {}, {}, 1e-6, 0.7,
+                         source_key=bytes(32))
+    scope = doc["guarantees"]["selection_gdp"]["scope"]
+    if counts_mode == "marginals":
+        assert "the noisy counts are pure epsilon-DP (epsilon 0.75)" in scope
+    else:
+        assert "pure" not in scope
+        assert "rho-zCDP (rho 0.005, which OpenDP converts to (0.55, 4e-07)-DP)" in scope
+        assert "plus (0.2, 1e-07)-DP phrase vocabularies" in scope
 
 
 @pytest.mark.parametrize("mode", GAUSSIAN)

@@ -184,13 +184,23 @@ def test_merge_refuses_a_changed_part(art, key, tmp_path):
     settings = DecodeSettings(n=60, decoder="marginals", shards=2)
     docs = [run_decode(art, [pub], 0, shard_path(out, p), replace(settings, shard=p.index),
                        ).provenance_doc for p in settings.parts]
-    released = _released(art, pub)
+    rel = read_release(art, [pub])
+    released, sha = released_view(rel), rel.sha256
+    # every part against the artifact this process verified, shard 0 included: parts that
+    # all agree with each other but were decoded from another release.json are refused
+    with pytest.raises(UserError, match=r"part-0-of-2.*shard 0 of 2 was decoded from another "
+                                        r"release.json than the one verified here"):
+        merge_shards(out, released, docs, 1.0, "ray", artifact_sha256="f" * 64)
+    other = {**docs[1], "artifact": {**docs[1]["artifact"], "sha256": "f" * 64}}
+    with pytest.raises(UserError, match=r"part-1-of-2.*shard 1 of 2 was decoded from another"):
+        merge_shards(out, released, [docs[0], other], 1.0, "ray", artifact_sha256=sha)
     changed = shard_path(out, Part(1, 2))
     changed.write_bytes(changed.read_bytes().replace(b"}\n", b"} \n", 1))
     with pytest.raises(UserError, match="changed since it was decoded"):
-        merge_shards(out, released, docs, 1.0, "local")
+        merge_shards(out, released, docs, 1.0, "local", artifact_sha256=sha)
     with pytest.raises(UserError, match="another decoder"):
-        merge_shards(out, released, [docs[0], {**docs[1], "decoder": {"name": "x"}}], 1.0, "x")
+        merge_shards(out, released, [docs[0], {**docs[1], "decoder": {"name": "x"}}], 1.0, "x",
+                     artifact_sha256=sha)
     assert not out.exists()
 
 
@@ -288,3 +298,23 @@ def test_a_tampered_artifact_is_refused_on_every_worker(ray_session, art, key,
         assert isinstance(err.value.cause, UserError) and "does not verify" in str(
             err.value.cause)
     assert not shard_folder(out).exists() and not out.exists()  # nothing was generated
+
+
+def test_ray_parts_must_come_from_the_artifact_the_driver_verified(ray_session, art, key,
+                                                                  tmp_path, monkeypatch):
+    """The driver verified one release.json; the workers (other processes, reading the path
+    again) decoded another: every part agrees with shard 0, and the merge still refuses."""
+    import decode.cluster as cluster
+
+    real = cluster.read_release
+
+    def verified_elsewhere(*args, **kw):  # as if the file was swapped after the driver's check
+        rel = real(*args, **kw)
+        return replace(rel, verification=replace(rel.verification, sha256="e" * 64))
+
+    monkeypatch.setattr(cluster, "read_release", verified_elsewhere)
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(UserError, match=r"shard 0 of 2 was decoded from another release\.json"):
+        run_on_ray(art, [key[1]], 0, out, DecodeSettings(n=20, decoder="marginals"), None,
+                   shards=2)
+    assert not out.exists()

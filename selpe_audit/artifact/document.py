@@ -158,13 +158,14 @@ def artifact_json_schema() -> dict[str, Any]:
             "tool": {"type": "object", "additionalProperties": {"type": "string"}},
             "dataset": {"type": "string", "minLength": 1},
             # Where the private rows came from, without saying where that is: a file format,
-            # or a database kind and the SHA-256 of the query (never host, user or query).
+            # or a database kind and the query's HMAC-SHA256 under an enclave secret (never
+            # host, user or query; a plain hash of a short query is undone by guessing).
             "source": {"type": "object", "additionalProperties": False,
                        "required": ["kind"],
                        "properties": {"kind": {"enum": ["file", "postgresql"]},
                                       "format": {"enum": ["csv", "parquet", "jsonl"]},
-                                      "query_sha256": {"type": "string",
-                                                       "pattern": "^[0-9a-f]{64}$"}}},
+                                      "query_hmac_sha256": {"type": "string",
+                                                            "pattern": "^[0-9a-f]{64}$"}}},
             "schema": {"type": "object"},
             "schema_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
             "privacy_unit": {

@@ -120,13 +120,15 @@ def gdp_reconstruction_bound(mu: float, prior: float) -> float:
     return n.cdf(n.inv_cdf(prior) + mu)
 
 
-def gdp_interpretation(mu: float) -> dict:
-    """The (p, r) reading of the Gaussian selection's composed mu (guarantees.selection_gdp)."""
+def gdp_interpretation(mu: float, *, counts: str) -> dict:
+    """The (p, r) reading of the Gaussian selection's composed mu (guarantees.selection_gdp).
+    ``counts``: the noisy counts' own accounting in words ("pure epsilon-DP (...)"), which the
+    scope states as it is: a signed artifact must not call zCDP counts pure."""
     pr = [{"prior": p, "success_max": gdp_reconstruction_bound(mu, p)} for p in PRIORS]
     return {
         "mu": mu,
         "scope": "the Gaussian selection rounds only (mu = sqrt(sum of the rounds' mu^2)); "
-                 "the noisy counts are pure epsilon-DP and not part of this number",
+                 f"the noisy counts are {counts} and not part of this number",
         "formula": "r = Phi(Phi^-1(p) + mu)",
         "reconstruction_success_max": pr,
         "statements": [
