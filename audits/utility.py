@@ -232,6 +232,14 @@ def evaluate(schema: Schema, train: Sequence[Row], test: Sequence[Row],
     return {**out, **evaluate_standard(schema, train, test, seed)}
 
 
+def real_sample_like(real_train: Sequence[Row], n: int, seed: int) -> list[Row]:
+    """The seeded same-size real sample a synthetic set of ``n`` rows is compared with
+    (in member order): every TSTR next to real data uses this one draw."""
+    n = min(n, len(real_train))
+    idx = np.sort(np.random.default_rng(seed).choice(len(real_train), size=n, replace=False))
+    return [real_train[i] for i in idx]
+
+
 def run_utility(schema: Schema, syn: Sequence[Row], real_train: Sequence[Row],
                 real_test: Sequence[Row], embedder: TextEncoder | None,
                 seed: int = 0, public_texts: PublicTexts | None = None,
@@ -241,9 +249,7 @@ def run_utility(schema: Schema, syn: Sequence[Row], real_train: Sequence[Row],
     ``public`` and ``extra``) under "text"."""
     from audits import text_quality  # imports this module: import it when needed
 
-    n = min(len(syn), len(real_train))
-    idx = np.sort(np.random.default_rng(seed).choice(len(real_train), size=n, replace=False))
-    real_sample = [real_train[i] for i in idx]
+    real_sample = real_sample_like(real_train, len(syn), seed)
     on_syn = evaluate(schema, syn, real_test, embedder, seed)
     on_real = evaluate(schema, real_sample, real_test, embedder, seed)
     models = {}
@@ -253,7 +259,7 @@ def run_utility(schema: Schema, syn: Sequence[Row], real_train: Sequence[Row],
                      "gap": None if s is None or r is None else r - s}
     out = {
         "sizes": {"synthetic": len(syn), "real_train": len(real_train),
-                  "real_sample": n, "real_test": len(real_test)},
+                  "real_sample": len(real_sample), "real_test": len(real_test)},
         "metric": "macro one-vs-rest ROC AUC on the real test rows",
         "seed": seed,
         "models": models,

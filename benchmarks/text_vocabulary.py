@@ -105,15 +105,12 @@ def _score(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
            doc: dict | None, seed: int) -> dict[str, Any]:
     """What one decoded set gives (see module); real-sample numbers for the same size. A
     peer's records (``doc`` None) have no text: record TSTR only."""
-    import numpy as np
-
     from audits.text_quality import text_tstr
-    from audits.utility import evaluate_record_text
+    from audits.utility import evaluate_record_text, real_sample_like
     from release.phrases import terms
 
     texts = schema.by_kind("text")
-    idx = np.sort(np.random.default_rng(seed).choice(len(members), len(syn), replace=False))
-    real = [members[i] for i in idx]
+    real = real_sample_like(members, len(syn), seed)
 
     def blank(rows: list[dict]) -> list[dict]:
         return [{**r, **{f.name: "" for f in texts}} for r in rows]

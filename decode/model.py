@@ -66,9 +66,8 @@ class ModelDecoder:
         self._chains: dict[Any, ClassChain] = {
             c: chain.given(k) for k, c in enumerate(released.classes)}
         cols = {c.field: c.name for c in block.columns if c.kind not in ("class", "topic")}
-        names = {c.name for c in block.columns}
-        self._slots = {f.name: [topic_column(f.name, s) for s in range(1, len(names) + 1)
-                                if topic_column(f.name, s) in names]
+        self._slots = {f.name: [c.name for c in block.columns  # in slot order
+                                if c.kind == "topic" and c.field == f.name]
                        for f in self.schema.by_kind("text")}
         self._plan = [(f, "label" if f.name == self.schema.label else
                        "text" if f.kind == "text" else "cell",

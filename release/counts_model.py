@@ -51,7 +51,7 @@ from release.opendp_mechanisms import (
     to_approx_dp_of_rho,
     zcdp_budget,
 )
-from selpe_audit.artifact.model_block import topic_column
+from selpe_audit.artifact.model_block import TOPIC_PREFIX, topic_column
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
@@ -63,8 +63,9 @@ UPSTREAM_SLACK = 1e-9
 
 
 def topic_col(name: str, slot: int = 1) -> str:
-    """The private frame's column of a text field's topic code (in slot ``slot``)."""
-    return f"__topic_{name}" + (f"#{slot}" if slot > 1 else "")
+    """The private frame's column of a text field's topic code (in slot ``slot``): the
+    model column's name ("topic:F#2") as a private column ("__topic_F#2")."""
+    return "__topic_" + topic_column(name, slot).removeprefix(TOPIC_PREFIX)
 
 
 @dataclass(frozen=True)
