@@ -121,3 +121,51 @@ def test_extra_columns_are_ignored_and_reported(tmp_path, demo_schema):
     table = read_private_rows(_csv(tmp_path, rows), demo_schema)
     assert table.ignored_columns == ["mrn"]
     assert "mrn" not in table.priv_rows[0]
+
+
+_TRICKY = {  # cells whose form the columnar check must either coerce exactly or hand back
+    "age": ["42", " 42 ", "42.0", "+7", "-0", "1_0", "4.5", "1e1", "106", "-1", "", " ",
+            "nan", "inf", "\x1c", "٣", "99999999999999999999", "0x1f", "3.", ".5e1"],
+    "temperature_c": ["37", "37.25", " 36.6", "3.7e1", "1e400", "nan", "-inf", "41.9999",
+                      "42.0000001", "34", "abc", "", "36,6", "0.37E+2", "1_2.5"],
+    "sex": ["female", " female", "FEMALE", "", " ", "\x1c", "other"],
+    "patient_id": ["P1", "", " ", "\x1c", "\x1c\x1d", "x" * 16, "x" * 17, "\u3000", "é"],
+    "chief_complaint": ["ok!", "ab", "", "   ", "x" * 120, "x" * 121, "é" * 120, "\x1c\x1c\x1c"],
+    "acuity": ["1", "5", "6", "0", "1.0", "2.5", " 3", "three"],
+}
+
+
+def _per_row_only(monkeypatch):
+    monkeypatch.setattr("release.private_data.coerce_plain", lambda frame, schema: None)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_the_columnar_check_agrees_with_the_per_row_path_cell_for_cell(
+        tmp_path, demo_schema, monkeypatch, fmt):
+    """Every tricky cell, one per row, read both ways: the same rows kept with the same
+    coerced values (types included) and the same problems reported; parquet also with
+    typed columns (nulls, NaN, fractions in an integer field)."""
+    rows = []
+    for name, cells in _TRICKY.items():
+        for j, cell in enumerate(cells):
+            row = {k: str(v) for k, v in good_row(len(rows)).items()}
+            row[name] = cell
+            rows.append(row)
+    frame = pl.DataFrame(rows, schema={k: pl.String for k in rows[0]})
+    if fmt == "parquet":
+        typed = frame.with_columns(
+            heart_rate=pl.Series([80, None, 31, 200, 201, 90] * (len(rows) // 6)
+                                 + [70] * (len(rows) % 6), dtype=pl.Int64),
+            o2_saturation=pl.Series([99.0, 98.5, float("nan"), None, 100.0, 70.0]
+                                    * (len(rows) // 6) + [90.0] * (len(rows) % 6)))
+        frame = typed
+    p = tmp_path / f"tricky.{fmt}"
+    frame.write_csv(p) if fmt == "csv" else frame.write_parquet(p)
+    both = read_private_rows(p, demo_schema, invalid="drop")
+    _per_row_only(monkeypatch)
+    reference = read_private_rows(p, demo_schema, invalid="drop")
+    assert both.priv_rows == reference.priv_rows
+    assert [[type(v) for v in r.values()] for r in both.priv_rows] == [
+        [type(v) for v in r.values()] for r in reference.priv_rows]
+    assert both.problems == reference.problems and both.dropped_rows == reference.dropped_rows
+    assert 0 < both.dropped_rows < len(rows)
