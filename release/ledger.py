@@ -32,12 +32,13 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from release.installation import (
@@ -47,6 +48,7 @@ from release.installation import (
     load_installation,
 )
 from release.ledger_units import UnitHashes, hash_units, overlap
+from release.ledger_units import fingerprint as units_fingerprint
 from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.artifact.signing import key_id, load_private_key, load_public_key
 from selpe_audit.errors import UserError
@@ -84,7 +86,6 @@ SYSTEM_LEDGER = Path("/var/lib/selpe-audit/ledger")
 DEFAULT_LIFETIME_EPSILON = DEFAULT_MAX_EPSILON  # a new ledger's caps with no installation file
 DEFAULT_LIFETIME_DELTA = DEFAULT_MAX_DELTA
 LEDGER_FORMAT = "selpe-audit/lifetime-ledger"
-_FINGERPRINT_DOMAIN = b"selpe-audit/dataset-fingerprint/1\0"
 _MAC_DOMAIN = b"selpe-audit/ledger-mac/1"
 _RAISE_DOMAIN = "selpe-audit/ledger-raise/1"
 
@@ -192,18 +193,6 @@ def _mac(key: bytes, doc: dict[str, Any]) -> str:
                     hashlib.sha256).hexdigest()
 
 
-def data_fingerprint(key: bytes, priv_rows: Iterable[Mapping[str, Any]]) -> str:
-    """A keyed hash of the multiset of canonical rows: order of rows and columns does not
-    matter; without the key it says nothing about the rows. Per-row digests stay in memory."""
-    digests = sorted(hashlib.sha256(json.dumps(dict(r), sort_keys=True, ensure_ascii=False,
-                                               separators=(",", ":"), default=str)
-                                    .encode("utf-8")).digest() for r in priv_rows)
-    mac = hmac.new(key, _FINGERPRINT_DOMAIN, hashlib.sha256)
-    for d in digests:
-        mac.update(d)
-    return mac.hexdigest()
-
-
 class LedgerFolder:
     """The installation's ledger folder: a random ledger id (what artifacts name), the
     fingerprint key, and the index from data fingerprints to dataset names."""
@@ -264,9 +253,6 @@ class LedgerFolder:
 
     def write_sealed(self, path: Path, doc: dict[str, Any]) -> None:
         _write_json(path, {**doc, "mac": _mac(self.key(), doc)})
-
-    def fingerprint(self, priv_rows: Iterable[Mapping[str, Any]]) -> str:
-        return data_fingerprint(self.key(), priv_rows)
 
     def claim(self, fingerprint: str, dataset: str, units: UnitHashes,
               threshold: float) -> None:
@@ -429,14 +415,13 @@ class LifetimeLedger:
             self._write(doc)
             return rid
 
-    def bind_data(self, rid: str, priv_rows: list[Mapping[str, Any]],
-                  unit_column: str | None = None) -> str:
+    def bind_data(self, rid: str, rows: pl.DataFrame, unit_column: str | None = None) -> str:
         """After reading, before any mechanism: fingerprint the rows, hash their units
         (``unit_column``: the person id; None: rows) and claim them for this dataset. Rows
         of another dataset, or overlapping one, are refused; a ledger that this refused
         release created is removed again (nothing was spent)."""
-        fingerprint = self.folder.fingerprint(priv_rows)
-        units = hash_units(self.folder.key(), priv_rows, unit_column)
+        units = hash_units(self.folder.key(), rows, unit_column)
+        fingerprint = units_fingerprint(self.folder.key(), units)
         try:
             self.folder.claim(fingerprint, self.dataset, units,
                               self.installation.overlap_threshold)

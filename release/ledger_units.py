@@ -17,15 +17,17 @@ a release is refused naming the other dataset, and it can only cost budget, neve
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 _DOMAIN = b"selpe-audit/unit-hash/1"
+_FINGERPRINT_DOMAIN = b"selpe-audit/dataset-fingerprint/2\0"
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: a row key that depends on column order
 
 
@@ -61,30 +63,32 @@ def unit_key(folder_key: bytes) -> bytes:
     return hashlib.blake2b(_DOMAIN, digest_size=32, key=folder_key).digest()
 
 
-def hash_units(folder_key: bytes, rows: Iterable[Mapping[str, Any]],
-               unit_column: str | None) -> UnitHashes:
-    """Keyed cell hashes of ``rows``; the unit of a row is its ``unit_column`` value (a
-    person), else the row (the hash of all its cells)."""
+def hash_units(folder_key: bytes, frame: pl.DataFrame, unit_column: str | None) -> UnitHashes:
+    """Keyed cell hashes of ``frame``'s rows (each distinct value of a column hashed once);
+    the unit of a row is its ``unit_column`` value (a person), else the row itself."""
     key = unit_key(folder_key)
-    rows = list(rows)
-    columns = tuple(sorted({c for r in rows for c in r}))
-    cells = np.empty((len(rows), len(columns)), dtype=np.uint64)
+    columns = tuple(sorted(frame.columns))
+    cells = np.empty((frame.height, len(columns)), dtype=np.uint64)
     for j, c in enumerate(columns):
-        seen: dict[Any, int] = {}  # most columns repeat their values: hash each once
-        for i, r in enumerate(rows):
-            v = r.get(c)
-            marker = (type(v), v) if isinstance(v, str | int | float | bool) or v is None else None
-            h = seen.get(marker) if marker is not None else None
-            if h is None:
-                h = _cell_hash(key, v)
-                if marker is not None:
-                    seen[marker] = h
-            cells[i, j] = h
+        distinct = frame.select(pl.col(c).unique())
+        hashed = distinct.with_columns(pl.Series(
+            "__h", [_cell_hash(key, v) for v in distinct[c].to_list()], dtype=pl.UInt64))
+        cells[:, j] = frame.select(c).join(hashed, on=c, how="left", nulls_equal=True,
+                                           maintain_order="left")["__h"].to_numpy()
     if unit_column is not None and unit_column in columns:
         units = cells[:, columns.index(unit_column)].copy()
     else:
         units = _row_keys(cells)
     return UnitHashes(columns, cells, units)
+
+
+def fingerprint(folder_key: bytes, units: UnitHashes) -> str:
+    """A keyed hash of the multiset of rows (order of rows and columns does not matter):
+    the same rows under another name are the same dataset at once."""
+    mac = hmac.new(folder_key, _FINGERPRINT_DOMAIN + json.dumps(units.columns).encode(),
+                   hashlib.sha256)
+    mac.update(np.sort(_row_keys(units.cells)).tobytes())
+    return mac.hexdigest()
 
 
 def _row_keys(cells: np.ndarray) -> np.ndarray:

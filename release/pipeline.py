@@ -141,7 +141,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
             table = read_private_rows(cfg.source, schema, invalid=cfg.invalid_rows)
         _report_table(log, table)
         # a renamed copy, or rows sharing people with another dataset: refused
-        ledger.bind_data(rid, table.priv_rows, person_field)
+        ledger.bind_data(rid, table.frame, person_field)
         log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.1f} s")
     except BaseException:
         ledger.finish(rid, "aborted")

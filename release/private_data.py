@@ -41,6 +41,7 @@ class PrivateTable:
     """Validated private rows (``priv_rows``) and the console-only invalid-row report."""
 
     priv_rows: list[dict[str, Any]]
+    frame: pl.DataFrame  # the same rows, in the same order, typed by the schema
     problems: list[RowProblem] = field(default_factory=list)
     dropped_rows: int = 0
     ignored_columns: list[str] = field(default_factory=list)
@@ -91,6 +92,7 @@ def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,
 
     validator = schema.row_validator()
     plain = coerce_plain(frame, schema)
+    by_row = plain is None or not plain[1].all()  # some rows took the per-row path
     if plain is None:  # a column type only the per-row path reads (JSONL, booleans, ...)
         plain = frame.clear(), pl.Series([False] * frame.height)
     coerced, ok = plain
@@ -118,7 +120,14 @@ def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,
                         "--invalid-rows drop to leave such rows out")
     if not rows:
         raise UserError(f"{where}: no valid rows left after dropping invalid ones")
-    return PrivateTable(rows, problems, bad_rows, ignored)
+    typed = (pl.DataFrame(rows, schema=_dtypes(schema)) if by_row and rows
+             else coerced)  # every row passed the columnar check: its frame is the rows'
+    return PrivateTable(rows, typed, problems, bad_rows, ignored)
+
+
+def _dtypes(schema: Schema) -> dict[str, Any]:
+    return {f.name: {"integer": pl.Int64, "number": pl.Float64}.get(f.json_type, pl.String)
+            for f in schema.fields}
 
 
 def _check_database_types(frame: pl.DataFrame, schema: Schema, where: str) -> None:

@@ -27,7 +27,7 @@ from release.ledger import (
     default_ledger_folder,
     ledger_folder,
 )
-from release.ledger_units import hash_units, overlap
+from release.ledger_units import fingerprint, hash_units, overlap
 from release.pipeline import run_release
 from selpe_audit.artifact.guarantees import derived_guarantees
 from selpe_audit.artifact.signing import generate_keypair, key_id, load_private_key
@@ -238,25 +238,29 @@ def test_near_copies_are_the_same_dataset_other_people_are_not(tmp_path, keys):
 
 def test_overlap_counts_units_of_the_smaller_dataset():
     """A subset, a superset and a copy minus a column overlap fully; disjoint people do not;
-    a dataset sharing no column shares nothing."""
+    a dataset sharing no column shares nothing; the fingerprint ignores row and column
+    order and changes with one row."""
     key = b"k" * 32
-    rows = [{"id": f"p{i // 2}", "x": i % 7, "t": f"text {i}"} for i in range(200)]
+    rows = pl.DataFrame({"id": [f"p{i // 2}" for i in range(200)], "x": [i % 7 for i in
+                         range(200)], "t": [f"text {i}" for i in range(200)]})
     full = hash_units(key, rows, "id")
-    assert overlap(hash_units(key, rows[:50], "id"), full) == 1.0
-    assert overlap(full, hash_units(key, rows[:50], "id")) == 1.0
-    assert overlap(hash_units(key, [{k: r[k] for k in ("id", "t")} for r in rows], "id"),
-                   full) == 1.0
-    assert overlap(hash_units(key, rows[:100], "id"), hash_units(key, rows[100:], "id")) == 0
-    assert overlap(hash_units(key, [{"y": 1}] * 5, None), full) == 0.0
-    with_other_key = hash_units(b"j" * 32, rows, "id")
-    assert overlap(with_other_key, full) == 0.0  # hashes mean nothing without the key
+    assert overlap(hash_units(key, rows.head(50), "id"), full) == 1.0
+    assert overlap(full, hash_units(key, rows.head(50), "id")) == 1.0
+    assert overlap(hash_units(key, rows.drop("x"), "id"), full) == 1.0
+    assert overlap(hash_units(key, rows.head(100), "id"),
+                   hash_units(key, rows.tail(100), "id")) == 0.0
+    assert overlap(hash_units(key, pl.DataFrame({"y": [1] * 5}), None), full) == 0.0
+    assert overlap(hash_units(b"j" * 32, rows, "id"), full) == 0.0  # keyed: nothing without it
+    shuffled = rows.sample(fraction=1.0, shuffle=True, seed=1).select(["t", "id", "x"])
+    assert fingerprint(key, hash_units(key, shuffled, "id")) == fingerprint(key, full)
+    assert fingerprint(key, hash_units(key, rows.head(199), "id")) != fingerprint(key, full)
 
 
 def test_ledger_edited_by_hand_is_refused(tmp_path):
     """Every ledger file, the index and the unit hashes are sealed by the folder's key."""
     ledger = LifetimeLedger(tmp_path, "ds", installation=Installation())
     rid = ledger.reserve(4.0)
-    ledger.bind_data(rid, [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}])
+    ledger.bind_data(rid, pl.DataFrame({"a": [1, 2], "b": ["x", "y"]}))
     ledger.finish(rid, "released")
     doc = json.loads(ledger.path.read_text())
     doc["releases"][0]["epsilon"] = 0.5
@@ -277,7 +281,7 @@ def test_ledger_edited_by_hand_is_refused(tmp_path):
     index = tmp_path / LedgerFolder.INDEX_FILE
     index.write_text(index.read_text().replace('"ds"', '"elsewhere"'))
     with pytest.raises(UserError, match="fingerprint index's MAC does not match"):
-        other.bind_data(other.reserve(1.0), [{"a": 3, "b": "z"}])
+        other.bind_data(other.reserve(1.0), pl.DataFrame({"a": [3], "b": ["z"]}))
 
 
 def test_artifact_names_the_ledger_and_reservation_not_the_path(tmp_path, keys):
