@@ -58,16 +58,18 @@ def cohort_expr(schema: Schema, cohorts: tuple[Cohort, ...]) -> pl.Expr:
     return expr
 
 
-def derive_frame(priv_rows: list[dict[str, Any]], schema: Schema, cfg: ReleaseConfig,
-                 unit_id: str | None) -> pl.LazyFrame:
-    """Private rows reduced to public-key codes, computed row by row (1-stable).
+def derive_frame(priv_rows: pl.DataFrame | list[dict[str, Any]], schema: Schema,
+                 cfg: ReleaseConfig, unit_id: str | None) -> pl.LazyFrame:
+    """Private rows (a frame typed by the schema, or dicts) reduced to public-key codes,
+    computed row by row (1-stable).
 
     The person id (if any) is kept as itself, as text (injective, unlike a 64-bit hash, whose
     collisions would merge two people into one unit and break the per-person bound):
     OpenDP groups by it to bound each person's rows, and nothing else reads it.
     """
-    frame = pl.DataFrame(priv_rows, schema_overrides=_polars_types(schema),
-                         infer_schema_length=None).lazy()
+    frame = (priv_rows.lazy() if isinstance(priv_rows, pl.DataFrame) else
+             pl.DataFrame(priv_rows, schema_overrides=_polars_types(schema),
+                          infer_schema_length=None).lazy())
     cols = [pl.col(schema.label).replace_strict(schema.classes, list(range(len(schema.classes))),
                                                 return_dtype=CODE).alias(CLASS_COL)]
     cols += [key_expr(f).alias(key_col(f.name))

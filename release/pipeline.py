@@ -153,7 +153,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     t_counts = time.perf_counter()
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
         entries, counts_block, total, total_delta = _measure_counts(
-            cfg, schema, table.priv_rows, unit, person_field, codebooks, embedder)
+            cfg, schema, table.frame, unit, person_field, codebooks, embedder)
     log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.1f} s")
     selection, run = None, None
     if source is not None:
@@ -203,31 +203,31 @@ def _progress(con: Console, log: EnclaveLog,
     return report
 
 
-def _measure_counts(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str, Any]],
+def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
                     unit: PrivacyUnit, person_field: str | None,
                     codebooks: dict[str, Any], embedder: Embedder | None,
                     ) -> tuple[list[LedgerEntry], dict, float, float]:
     """The counts stage in the configured mode: ledger entries, the artifact's counts block,
-    and the (epsilon, delta) OpenDP's maps give."""
-    frame = derive_frame(priv_rows, schema, cfg, person_field)
+    and the (epsilon, delta) OpenDP's maps give; ``rows``: the private rows' typed frame."""
+    frame = derive_frame(rows, schema, cfg, person_field)
     if not cfg.counts.is_model:
         counts = release_counts(frame, unit, plan_queries(schema, cfg))
         entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
                                r.scope, r.composition) for r in counts.results]
         return entries, counts_section(schema, cfg, counts), counts.total_epsilon, 0.0
-    phrase_entries, vocab, spent = _release_phrases(cfg, schema, priv_rows, unit, person_field)
+    phrase_entries, vocab, spent = _release_phrases(cfg, schema, rows, unit, person_field)
     topics = {name: len(cb.anchors) for name, cb in codebooks.items()}
     topics |= {name: v.k for name, v in vocab.items()}
     if codebooks and embedder is not None:  # a row's topic from its own text alone
         encoder = embedder.private_view()
         frame = frame.with_columns(
             pl.Series(counts_model.topic_col(name),
-                      assign_topics(cb, (r.get(name) for r in priv_rows), encoder),
+                      assign_topics(cb, rows[name].to_list(), encoder),
                       dtype=pl.UInt32)
             for name, cb in codebooks.items())
         del encoder
     for name, v in vocab.items():  # a row's topics: its own text's phrase or keywords
-        codes = [v.codes(r.get(name)) for r in priv_rows]
+        codes = [v.codes(t) for t in rows[name].to_list()]
         frame = frame.with_columns(
             pl.Series(counts_model.topic_col(name, s + 1), [c[s] for c in codes],
                       dtype=pl.UInt32)
@@ -242,7 +242,7 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str
     return entries, block, rel.epsilon + spent[0], rel.delta + spent[1]
 
 
-def _release_phrases(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[str, Any]],
+def _release_phrases(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
                      unit: PrivacyUnit, person_field: str | None,
                      ) -> tuple[list[LedgerEntry], dict[str, PhraseVocabulary],
                                 tuple[float, float]]:
@@ -256,14 +256,14 @@ def _release_phrases(cfg: ReleaseConfig, schema: Schema, priv_rows: list[dict[st
     c = cfg.counts
     eps = cfg.budget.counts_epsilon * c.phrase_share / len(fields)
     delta = cfg.counts_delta / 2 / len(fields)
-    ids = (pl.Series([str(r[person_field]) for r in priv_rows]) if person_field else None)
+    ids = rows[person_field].cast(pl.String) if person_field else None
     deny, deny_sha = read_denylist(c.deny) if c.deny is not None else (frozenset(), None)
     entries, vocab, spent = [], {}, [0.0, 0.0]
     for name in fields:
         kind = term_kind(schema.field(name).max_length)
         per_unit, slots = (c.phrases_per_unit, 1) if kind == "phrases" else \
             (c.keywords_per_unit, c.keyword_slots)
-        v = release_phrases(name, pl.Series([r.get(name) for r in priv_rows], dtype=pl.String),
+        v = release_phrases(name, rows[name].cast(pl.String),
                             unit, ids, eps, delta, per_unit, c.max_phrases, kind, deny, slots)
         spent[0] += v.epsilon
         spent[1] += v.delta
