@@ -196,7 +196,7 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
         raise ValueError("per_unit, max_phrases and slots must be at least 1 (phrases: 1 slot)")
     if kind not in TERM_KINDS:
         raise ValueError(f"kind must be one of {', '.join(TERM_KINDS)}")
-    frame = term_frame(priv_texts, unit, unit_ids, kind)
+    frame = term_frame(priv_texts, unit, unit_ids, kind, per_unit)
     ctx, measurement = phrase_measurement(frame, epsilon, delta, per_unit)
     released = (ctx(measurement).collect()  # then post-processing: the reviewer's denylist
                 .filter(~pl.col(PHRASE_COL).is_in(sorted(deny)))
@@ -214,17 +214,27 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
 
 
 def term_frame(priv_texts: pl.Series, unit: PrivacyUnit, unit_ids: pl.Series | None,
-               kind: str) -> pl.LazyFrame:
-    """One row per (unit id, term) occurrence, rows in input order (private)."""
+               kind: str, per_unit: int | None = None) -> pl.LazyFrame:
+    """One row per (unit id, term) occurrence, rows in input order (private); each distinct
+    text cut into terms once. With ``per_unit``, only the rows OpenDP's bounding keeps
+    (`phrase_measurement`: a unit's distinct terms, its first ``per_unit``) - a function of
+    each unit's own rows, so the privacy map is unchanged, and a million texts' ten million
+    term rows never reach OpenDP."""
     person = unit.id_field is not None
     if person and unit_ids is None:
         raise ValueError("the person unit needs each row's person id")
     ids = unit_ids.cast(pl.String) if person else pl.Series(  # type: ignore[union-attr]
         [str(i) for i in range(len(priv_texts))])
-    return (pl.DataFrame({_UNIT_COL: ids,
-                          PHRASE_COL: priv_texts.map_elements(
-                              lambda t: terms(t, kind), return_dtype=pl.List(pl.String))})
-            .explode(PHRASE_COL).drop_nulls().lazy())
+    texts = pl.DataFrame({_UNIT_COL: ids, "__text": priv_texts.cast(pl.String)})
+    distinct = texts.select(pl.col("__text").unique())
+    cut = distinct.with_columns(distinct["__text"].map_elements(
+        lambda t: terms(t, kind), return_dtype=pl.List(pl.String)).alias(PHRASE_COL))
+    frame = (texts.join(cut, on="__text", how="left", nulls_equal=True, maintain_order="left")
+             .select(_UNIT_COL, PHRASE_COL).explode(PHRASE_COL).drop_nulls())
+    if per_unit is not None:
+        frame = (frame.unique(subset=[_UNIT_COL, PHRASE_COL], keep="first", maintain_order=True)
+                 .filter(pl.int_range(pl.len()).over(_UNIT_COL) < per_unit))
+    return frame.lazy()
 
 
 def phrase_measurement(frame: pl.LazyFrame, epsilon: float, delta: float,
