@@ -272,8 +272,8 @@ def _run_mechanism(args: argparse.Namespace) -> int:
                     audits.append(mechanism.audit(nb, runs, args.calibration_runs, **strict))
             continue
         if kind == "selection":
-            nb = mechanism.selection_neighbours(schema, args.epsilon, args.candidates,
-                                                args.calibrate_to)
+            nb = mechanism.selection_neighbours(args.epsilon, args.calibrate_to,
+                                                args.candidates)
         elif kind in mechanism.GAUSSIAN_KINDS:
             nb = mechanism.gaussian_neighbours(schema, kind, args.epsilon, args.delta,
                                                args.calibrate_to)

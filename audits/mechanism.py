@@ -2,7 +2,7 @@
 
 For each mechanism: a dataset D and D' = D plus one canary row, the mechanism run many
 times on each, a distinguishing test *fixed in advance* (chosen on separate calibration
-runs), and on fresh runs the empirical epsilon lower bound
+runs, or by the audit's design), and on fresh runs the empirical epsilon lower bound
 
     eps_LB = max(0, ln((1 - delta - FNR_U) / FPR_U), ln((1 - delta - FPR_U) / FNR_U))
 
@@ -12,12 +12,29 @@ leaks more than claimed. Where the audit is tight (the counts audit: the integer
 count's optimal test reaches eps exactly) a correct mechanism still FAILs by chance in
 about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
 
-- ``selection``: the per-batch noisy max (`release.opendp_mechanisms.batch_noisy_max`) on
-  utilities built by the real kernel (`selpe_audit.kernel.distance`, numeric channels, so no
-  embedder): D holds one row r in the batch; the candidates are c0 (far from r) and copies
-  of r; the canary is the reflection 2 c0 - r, so the batch center moves from r to c0 and the
-  utilities from (-1, 0, ..., 0) to (0, -1, ..., -1): L-inf distance 1, the worst case the
-  sensitivity allows. The output is the selected index; the test is a set of indices.
+- ``selection``: SelPE's round as the release runs it: `release.selection.run_selection`
+  with the registry's `SelpeMode.round` (the one-class-per-person rule, b = 2 batches by a
+  keyed hash of the person id with a fresh key, minmax utilities, OpenDP's noisy max per
+  batch, composed by the hand-written `parallel_batches`), on the release's own private
+  input (`SelpeMode.private_rows`, then `release.pipeline._private_classes`), person unit,
+  numeric kernel channel, on a small public schema (`selection_schema`: two classes). D: 6
+  people per class, one row each at x = 25; the pool per class: one candidate at 75 and
+  one at 25. The canary is a person with 4 rows in class 0 and 2 in class 1 at x = 100
+  (more rows than any count's max_contributions: selpe bounds a person by the one-class
+  rule and the utility range, so all 4 home rows reach one batch). Its batch's center
+  crosses to 75's side whatever D's rows there, so minmax flips that batch's utilities
+  from (-1, 0) to (0, -1), the worst case the L-inf sensitivity allows; its class-1 rows
+  are dropped by the rule. The quota equals the pool (k = 1, q = 2), so the winners list
+  both batches' votes; the output is whether the candidate at 75 is among each class's
+  winners. The test is fixed by this design (no calibration runs; a calibrated choice
+  among such rare outputs sometimes picks a weak one): "it is among class 0's winners".
+  It errs on D' only when both batches voted 25 (the canary's batch against its
+  utilities), so its loss is the noisy max's own: ln((1 - p) / p), p = e^(-eps / 2) / 2, 0.83 at
+  epsilon 1, 1.49 at 2 (two candidates, exponential noise at scale 2 / epsilon). The claim
+  is OpenDP's map of the round measurement the release builds (at most the configured
+  epsilon): the release relies on it to say the round fits its epsilon, so an error in the
+  hand-written map shows here: halved to 1 at epsilon 2, eps_LB is ~1.3 (sd 0.06) at 1500
+  runs.
 - ``counts``: one class-conditional histogram of the release's count plan (OpenDP's
   polars count measurement from `release.opendp_mechanisms.count_measurement`) on a derived
   demo frame; the canary adds one row to one cell; the output is that cell's noisy count;
@@ -25,10 +42,13 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
 - ``pe-histogram`` and ``representatives``: the Gaussian selection round of that mode
   (`GaussianVotesMode.statistics` in `release.selection`: the release's own statistics, kernel
   with numeric channels, OpenDP's Gaussian via `release.opendp_mechanisms.gaussian_round`),
-  calibrated like a one-round release to the claimed (epsilon, delta) through OpenDP's zCDP
-  conversion. D holds a few rows of one class; the canary is a far-away record, so it votes
-  with full weight (pe-histogram: L2 shift 1) or lands at an anchor with an offset clipped
-  to R (representatives: L2 shift sqrt(1 + R^2)), the worst case the sensitivity allows.
+  calibrated like a one-round release to the claimed (epsilon, delta) through the release's
+  zCDP conversion (`zcdp_budget`: OpenDP's). The claim's rho is the audits' own conversion
+  (`audits.stats.zcdp_rho`, CKS20) and the release's must not exceed it
+  (`conversion_check`), so an error in the rho -> (epsilon, delta) step FAILs. D holds a
+  few rows of one class; the canary is a far-away record, so it votes with full weight
+  (pe-histogram: L2 shift 1) or lands at an anchor with an offset clipped to R
+  (representatives: L2 shift sqrt(1 + R^2)), the worst case the sensitivity allows.
   The audited output is the noisy statistics vector *before* post-processing into winners
   (a stronger test: post-processing cannot increase the loss), reduced to its projection
   on the direction D -> D' (the Neyman-Pearson statistic for a Gaussian); the test is a
@@ -37,8 +57,8 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
   modes are also audited in mu (Gaussian DP): the projection is N(m, sigma^2) on D and
   N(m + shift, sigma^2) on D', so mu = shift / sigma is estimated from every run (the
   standardised mean difference) with a 99 % confidence interval; the audit FAILs when the
-  interval's lower end exceeds the claimed mu (OpenDP's mu for the claimed (epsilon, delta)
-  of a one-round release, at the worst-case shift). A factor 2 in the noise is caught at
+  interval's lower end exceeds the claimed mu (sqrt(2 rho) of the claim's rho, at the
+  worst-case shift). A factor 2 in the noise is caught at
   the default 1000 runs.
 - ``model``: the noisy marginals of the model counts modes (`release.counts_model`: the
   "fixed" mode's workload, the class balance and the class's 2-way marginal with each of a
@@ -46,17 +66,19 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
   truncation, the column selection, ``contingency_table`` with the release's
   ``CalibratedFixed``) is built on D and invoked once, and the marginals measurement that
   ``CalibratedFixed`` builds inside it (OpenDP's ``make_stable_marginals >>
-  then_noise_marginals`` at the scale it takes from OpenDP's map) is kept and run on D and
-  D'; the model fit after it is post-processing and is not run. D' = D plus one canary row
-  (row unit), or plus a canary person with ``max_contributions`` identical rows (person
-  unit: D holds at most that many rows per person, so the release's truncation keeps every
-  row and the runs feed the selected columns to the marginals measurement directly). The
-  canary moves one cell of every marginal by its OpenDP sensitivity (the worst case). The
+  then_noise_marginals`` at the scale it takes from OpenDP's map) is kept for its map and
+  sensitivities; each run invokes the whole query (truncation included) on D or D', with
+  the model fit after the marginals (post-processing) replaced by a no-op. D' = D plus one
+  canary row (row unit), or plus a canary person with ``max_contributions`` + 2 identical
+  rows (person unit: D holds at most ``max_contributions`` rows per person, so D's counts
+  are fixed; the release's truncation cuts the canary to the bound). The truncated canary
+  moves one cell of every marginal by its OpenDP sensitivity (the worst case). The
   audited output is the released noisy vectors reduced to the Neyman-Pearson statistic of
   heteroscedastic Gaussians: the projection on the canary's cells, each weighted by the
   inverse variance of its marginal (from the released stddevs); its mean shift is the
-  mechanism's mu. The claim is the release's: rho from OpenDP's zCDP conversion of the
-  counts' (epsilon, delta) (the whole table: no cohorts or rates), mu = sqrt(2 rho); audited
+  mechanism's mu. The claim: rho of the counts' (epsilon, delta) by the audits' own
+  conversion, checked against the release's as for the Gaussian modes (the whole table: no
+  cohorts or rates), mu = sqrt(2 rho); audited
   in mu as the Gaussian modes are (and in eps_LB at the claimed delta). At epsilon 1 (mu
   0.22) the default 1000 runs (1500 pooled per dataset) catch a halved noise scale (mu 0.44)
   in all but ~0.03 % of audits, a calibration to epsilon 2 (mu 0.42) in ~99.8 %. Modes
@@ -90,7 +112,14 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from audits.stats import CONFIDENCE, MU_CONFIDENCE, clopper_pearson, eps_lower_bound, mu_audit
+from audits.stats import (
+    CONFIDENCE,
+    MU_CONFIDENCE,
+    clopper_pearson,
+    eps_lower_bound,
+    mu_audit,
+    zcdp_rho,
+)
 from release.config import (
     DEFAULT_LIFETIME_EPSILON,
     BudgetConfig,
@@ -109,8 +138,8 @@ from release.counts import (
 from release.counts_model import CalibratedFixed, algorithm, model_columns
 from release.opendp_mechanisms import (
     COUNT_COLUMN,
+    NOISY_MAX_CONSTRUCTOR,
     PrivacyUnit,
-    batch_noisy_max,
     count_measurement,
     gaussian_round,
     gaussian_scale,
@@ -118,11 +147,21 @@ from release.opendp_mechanisms import (
     zcdp_budget,
 )
 from release.phrases import PHRASE_COL, phrase_measurement, term_frame
-from release.selection import PrivateClasses, get, selection_modes
+from release.pipeline import _private_classes
+from release.selection import (
+    OneClassPerUnit,
+    PoolSource,
+    PrivateClasses,
+    SelectionRun,
+    get,
+    run_selection,
+    selection_modes,
+)
 from release.selection.gaussian import GaussianVotesMode
+from release.selection.selpe import batch_utilities
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Kernel, KernelConfig
-from selpe_audit.schema import Schema
+from selpe_audit.schema import Schema, parse_schema
 
 #: The Gaussian selection modes of the registry: each is audited through its statistics.
 GAUSSIAN_KINDS = tuple(m.descriptor.name for m in selection_modes()
@@ -135,19 +174,25 @@ PHRASE = "fever"  # the audited phrase of `phrase_neighbours`
 KEYWORD_TEXT, KEYWORDS = "fever and cough", ["fever", "cough"]  # its keyword case
 PHRASE_UNITS = 300
 DEFAULT_DELTA = 1e-6  # the release's default for the Gaussian modes
-#: Exact loss of OpenDP's noisy max (exponential noise) on these utilities at eps = 1,
-#: scale 2: 0.83 with 2 candidates, 0.9999 with 10. Two candidates keep a correct mechanism
-#: clear of its claim (no false FAIL) while the factor-2 error (scale 1: loss 1.49) is caught
-#: every time; with 10 the audit is tight, so a correct mechanism FAILs by chance a few
-#: percent of the time at 95 % confidence (as the tight counts audit does, ~1 %).
+#: how far (relative) the release's rho for a claimed (epsilon, delta) may exceed the audits'
+#: own conversion's: OpenDP and `audits.stats.zcdp_rho` agree to ~1e-14
+CONVERSION_TOLERANCE = 1e-9
+#: The selection audit (see module): a round's pool per class, b batches, D's people per
+#: class, the canary's rows in its home class and in the other, and where they all sit.
+#: Two candidates and two batches reveal the most per run: the winners list both votes.
 DEFAULT_CANDIDATES = 2
+SELECTION_BATCHES = 2
+SELECTION_PERSONS = 6
+SELECTION_CANARY_ROWS = (4, 2)
+SELECTION_X = {"D": 25, "toward_canary": 75, "canary": 100}
 COUNTS_FIELD = "age"
 COUNTS_ROWS = 200
 #: The model audit's columns besides the class: a small domain keeps a run at milliseconds
 MODEL_FIELDS = ("age", "sex")
 MODEL_ROWS = 200
 MODEL_UNITS = ("row", "person")
-MODEL_MAX_CONTRIBUTIONS = 2  # person unit: the canary's rows (OpenDP's truncation bound)
+MODEL_MAX_CONTRIBUTIONS = 2  # person unit: OpenDP's truncation bound
+MODEL_CANARY_EXTRA_ROWS = 2  # person unit: the canary's rows beyond it, cut by the release
 MODEL_MODES = ("fixed", "aim", "mst")
 MODEL_AIM_ROUNDS = 2       # aim: rounds per audited release (each refits the model)
 MODEL_QUICK_FIT_ITERS = 20  # aim and mst: mirror-descent steps per fit inside a run
@@ -171,6 +216,7 @@ class Neighbours:
     details: dict[str, Any]
     claimed_delta: float = 0.0
     claimed_mu: float | None = None  # Gaussian modes: also audited in mu
+    test: Test | None = None  # fixed by the audit's design: no calibration runs
 
 
 @dataclass(frozen=True)
@@ -188,7 +234,7 @@ class Test:
 
     def describe(self) -> str:
         if self.accept is not None:
-            return f"predict D' iff the selected index is in {list(self.accept)}"
+            return f"predict D' iff the output's code is in {list(self.accept)}"
         return f"predict D' iff the noisy statistic is >= {self.threshold:g}"
 
 
@@ -236,12 +282,18 @@ def audit(nb: Neighbours, runs: int, calibration_runs: int | None = None,
     ``delta`` defaults to the mechanism's claimed delta (0 for the pure-DP ones). A correct
     mechanism FAILs by chance with probability at most about 1 - ``confidence`` (the
     Clopper-Pearson intervals of eps_LB) plus (1 - ``mu_confidence``) / 2 (mu's interval,
-    Gaussian mechanisms only); tests that must not fail by chance raise both."""
+    Gaussian mechanisms only); tests that must not fail by chance raise both. A Gaussian
+    mechanism also FAILs when the release's zCDP conversion exceeds the independent one
+    (``details["conversion"]``, `conversion_check`)."""
     delta = nb.claimed_delta if delta is None else delta
     cal = calibration_runs if calibration_runs is not None else max(100, runs // 2)
     t0 = time.perf_counter()
-    y_cal_d, y_cal_dp = nb.run_d(cal), nb.run_dprime(cal)
-    test = choose_test(y_cal_d, y_cal_dp, nb.output, delta)
+    if nb.test is not None:  # the design's test: nothing to calibrate
+        cal, test = 0, nb.test
+        y_cal_d = y_cal_dp = np.empty(0)
+    else:
+        y_cal_d, y_cal_dp = nb.run_d(cal), nb.run_dprime(cal)
+        test = choose_test(y_cal_d, y_cal_dp, nb.output, delta)
     y_d, y_dp = nb.run_d(runs), nb.run_dprime(runs)
     fp, fn = error_counts(test, y_d, y_dp)
     res = eps_lb_of(fp, runs, fn, runs, delta, confidence)
@@ -258,63 +310,95 @@ def audit(nb: Neighbours, runs: int, calibration_runs: int | None = None,
         "test": test.describe(),
         **res,
         **({"mu": mu} if mu is not None else {}),
-        "passed": res["eps_lb"] <= nb.claimed_epsilon and (mu is None or mu["passed"]),
+        "passed": res["eps_lb"] <= nb.claimed_epsilon and (mu is None or mu["passed"])
+        and nb.details.get("conversion", {}).get("passed", True),
         "seconds": time.perf_counter() - t0,
         "details": nb.details,
     }
 
 
-# ----- selection: noisy max over kernel utilities ------------------------------------------
+# ----- selection: SelPE's round through the release's loop ---------------------------------
 
-def selection_utilities(schema: Schema, n_candidates: int,
-                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Utility vectors u(D), u(D') for one batch, computed by the real kernel (see module)."""
-    if n_candidates < 2:
-        raise ValueError("the selection audit needs at least 2 candidates")
+def selection_schema() -> Schema:
+    """The selection audit's public schema: a person id, one numeric field, two classes."""
+    return parse_schema({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "selection_audit", "description": "Fictional people for the selection audit.",
+        "type": "object", "x-label": "cls", "x-id": "person",
+        "properties": {
+            "person": {"type": "string", "maxLength": 16, "description": "fictional person"},
+            "x": {"type": "integer", "minimum": 0, "maximum": 100, "description": "a value"},
+            "cls": {"type": "integer", "enum": [0, 1], "description": "class"},
+        },
+        "required": ["person", "x", "cls"], "additionalProperties": False,
+    }, "selection audit")
+
+
+def _code(run: SelectionRun, toward_canary: dict[str, Any], home: Any) -> int:
+    """A run's output: 2 if the candidate toward the canary is among the home class's
+    winners, plus 1 if it is among the other class's."""
+    has = {c["class"]: {**toward_canary, "cls": c["class"]} in c["winners"]
+           for c in run.rounds[0].classes}
+    return 2 * has[home] + sum(v for c, v in has.items() if c != home)
+
+
+def selection_neighbours(epsilon: float, calibrate_to: float | None = None,
+                         n_candidates: int = DEFAULT_CANDIDATES,
+                         batches: int = SELECTION_BATCHES) -> Neighbours:
+    """SelPE's round as the release runs it (see module) at ``calibrate_to`` (default: the
+    claim) on D and D' = D + the canary person. The claim is the smaller of ``epsilon`` and
+    OpenDP's map of the round measurement the release builds (`SelpeMode.round`)."""
+    if n_candidates < 2 or batches < 2:
+        raise ValueError("the selection audit needs at least 2 candidates and 2 batches")
+    schema = selection_schema()
+    home, other = schema.classes
     kernel = Kernel(schema, None, KernelConfig(channels="numeric"))
-    template = {k: v for k, v in generate_rows(1, seed)[0].items()
-                if k in {f.name for f in schema.record_fields}}
-    r, c0, canary = dict(template), dict(template), dict(template)
-    for f in schema.by_kind("numeric"):
-        assert f.minimum is not None and f.maximum is not None
-        quantum = 1.0 if f.is_integer else 10.0 ** -f.precision
-        d = max(quantum, math.floor((f.maximum - f.minimum) / 4 / quantum) * quantum)
-        cast: Callable[[float], Any] = int if f.is_integer else float
-        r[f.name] = cast(f.minimum + d)
-        c0[f.name] = cast(f.minimum + 2 * d)
-        canary[f.name] = cast(f.minimum + 3 * d)
-    cands = kernel.featurize([c0] + [r] * (n_candidates - 1))
-    scale = kernel.fit_scale(cands)
-    u = []
-    for batch in ([r], [r, canary]):
-        centers = kernel.centers(kernel.featurize(batch), np.zeros(len(batch), dtype=int), 1)
-        u.append(0.0 - kernel.distances(centers, cands, scale)[0])  # no -0.0
-    linf = float(np.max(np.abs(u[0] - u[1])))
-    if linf > 1.0 + 1e-9 or np.any(np.r_[u[0], u[1]] < -1.0) or np.any(np.r_[u[0], u[1]] > 0):
-        raise RuntimeError("kernel utilities left [-1, 0] or moved by more than 1")
-    info = {"u_D": u[0].tolist(), "u_Dprime": u[1].tolist(), "linf_distance": linf,
-            "kernel_channels": kernel.channels, "numeric_scale": scale.to_json()}
-    return u[0], u[1], info
+    toward_canary, toward_d = {"x": SELECTION_X["toward_canary"]}, {"x": SELECTION_X["D"]}
+    pool = [{**r, "cls": c} for c in schema.classes
+            for r in [toward_canary, *[toward_d] * (n_candidates - 1)]]
+    source = PoolSource(schema, pool, "selection-audit-pool")
+    rows = [{"person": f"p{c}-{i}", "x": SELECTION_X["D"], "cls": c}
+            for c in schema.classes for i in range(SELECTION_PERSONS)]
+    canary = [{"person": "canary", "x": SELECTION_X["canary"], "cls": c}
+              for c, n in ((home, SELECTION_CANARY_ROWS[0]), (other, SELECTION_CANARY_ROWS[1]))
+              for _ in range(n)]
+    cfg = SelectionConfig(rounds=1, k=1, q=float(n_candidates), batches=batches,
+                          utility="minmax", channels="numeric")
+    mode = get(cfg.mode)
+    eps_run = float(calibrate_to if calibrate_to is not None else epsilon)
+    # as the release: the mode's per-person rows, then the private features per class
+    privs = [_private_classes(mode.private_rows(data, schema, schema.id_field), schema, kernel,
+                              schema.id_field) for data in (rows, [*rows, *canary])]
+    feats = kernel.featurize(pool[:n_candidates])
+    pools = {c: (feats, kernel.fit_scale(feats)) for c in schema.classes}  # fixed order
+    measurement, _ = mode.round(cfg, kernel, pools, 1, cfg.round_epsilons(eps_run)[0])
+    opendp_eps = float(measurement.map(1))
+    one = {name: batch_utilities(OneClassPerUnit(p), kernel, pools, home, 0, 1, b"audit",
+                                 cfg.utility).tolist()  # all rows in one batch: the flip
+           for name, p in zip(("D", "D'"), privs, strict=True)}
+    if one["D"][0] != -1.0 or one["D'"][0] != 0.0 or max(one["D'"][1:]) != -1.0:
+        raise RuntimeError("the canary does not flip its batch's utilities")
+    def sampler(priv: PrivateClasses) -> Sampler:
+        def one_run() -> int:
+            return _code(run_selection(schema, priv, kernel, source, cfg, eps_run),
+                         toward_canary, home)
+        return lambda n: np.fromiter((one_run() for _ in range(n)), dtype=np.int64, count=n)
 
-
-def selection_neighbours(schema: Schema, epsilon: float, n_candidates: int = DEFAULT_CANDIDATES,
-                         calibrate_to: float | None = None,
-                         mechanism: Any = None) -> Neighbours:
-    """The release's noisy max, calibrated by OpenDP to ``calibrate_to`` (default: the claim),
-    or a given ``mechanism`` (an OpenDP measurement over the utility vector)."""
-    u_d, u_dp, info = selection_utilities(schema, n_candidates)
-    m = mechanism if mechanism is not None else batch_noisy_max(
-        n_candidates, calibrate_to if calibrate_to is not None else epsilon)
-    ud, udp = u_d.tolist(), u_dp.tolist()
-    info.update({"candidates": n_candidates, "constructor": "opendp make_noisy_max "
-                 "(MaxDivergence) via release.opendp_mechanisms",
-                 "calibrated_to_epsilon": calibrate_to if calibrate_to is not None else epsilon,
-                 "opendp_epsilon_at_linf_1": float(m.map(1.0))})
-    return Neighbours(
-        name="selection", claimed_epsilon=epsilon,
-        run_d=lambda n: np.fromiter((m(ud) for _ in range(n)), dtype=np.int64, count=n),
-        run_dprime=lambda n: np.fromiter((m(udp) for _ in range(n)), dtype=np.int64, count=n),
-        output="categorical", details=info)
+    details = {
+        "mode": cfg.mode, "batches": batches, "candidates": n_candidates, "rounds": 1,
+        "quota": cfg.quota(1), "utility": cfg.utility, "unit": "person",
+        "kernel_channels": kernel.channels, "persons_in_D_per_class": SELECTION_PERSONS,
+        "canary_rows": {str(home): SELECTION_CANARY_ROWS[0],
+                        str(other): SELECTION_CANARY_ROWS[1]},
+        "utilities_one_batch": one, "calibrated_to_epsilon": eps_run,
+        "opendp_epsilon_of_round": opendp_eps,
+        "constructor": "release.selection.run_selection >> SelpeMode.round ("
+                       f"{NOISY_MAX_CONSTRUCTOR})",
+        "output": "2 if the candidate toward the canary is among the home class's winners, "
+                  "+ 1 if among the other class's"}
+    return Neighbours(name="selection", claimed_epsilon=min(float(epsilon), opendp_eps),
+                      run_d=sampler(privs[0]), run_dprime=sampler(privs[1]),
+                      output="categorical", details=details, test=Test(accept=(2, 3)))
 
 
 # ----- counts: one OpenDP histogram cell ---------------------------------------------------
@@ -402,6 +486,20 @@ def phrase_neighbours(epsilon: float, delta: float = DEFAULT_DELTA,
 
 # ----- Gaussian selection modes: the noisy statistics of one round -------------------------
 
+def conversion_check(epsilon: float, delta: float) -> dict[str, Any]:
+    """The claim in rho for (``epsilon``, ``delta``) from the audits' own conversion
+    (`audits.stats.zcdp_rho`, CKS20), beside the release's (`zcdp_budget`, OpenDP's), which
+    sets the noise: it passes when the release's rho is at most the claim's (to
+    ``CONVERSION_TOLERANCE``), so an error in the release's rho -> (epsilon, delta) step
+    FAILs the audit instead of moving its claim."""
+    claimed = zcdp_rho(float(epsilon), delta)
+    release = zcdp_budget(float(epsilon), delta, [1.0])[0]
+    return {"claimed_rho": claimed, "claimed_mu": math.sqrt(2 * claimed),  # rho = mu^2 / 2
+            "conversion": {"independent_rho": claimed, "release_rho": release,
+                           "tolerance": CONVERSION_TOLERANCE,
+                           "passed": release <= claimed * (1 + CONVERSION_TOLERANCE)}}
+
+
 def _far_canary(schema: Schema, template: dict[str, Any]) -> dict[str, Any]:
     """``template`` with every numeric field at its public maximum (far from demo rows)."""
     canary = dict(template)
@@ -456,8 +554,7 @@ def gaussian_neighbours(schema: Schema, mode: str, epsilon: float, delta: float 
                "delta": delta, "constructor": "release.opendp_mechanisms.gaussian_round "
                "(OpenDP make_gaussian, zCDP) on the mode's release.selection statistics",
                "output": "projection of the noisy statistics on the D -> D' direction"}
-    claimed_rho = zcdp_budget(epsilon, delta, [1.0])[0]
-    details["claimed_mu"] = math.sqrt(2 * claimed_rho)  # OpenDP: rho = mu^2 / 2
+    details.update(conversion_check(epsilon, delta))
     return Neighbours(name=mode, claimed_epsilon=epsilon, run_d=sampler(datasets[0]),
                       run_dprime=sampler(datasets[1]), output="scalar", details=details,
                       claimed_delta=delta, claimed_mu=details["claimed_mu"])
@@ -467,8 +564,9 @@ def gaussian_neighbours(schema: Schema, mode: str, epsilon: float, delta: float 
 
 @dataclass(kw_only=True, frozen=True)
 class _KeptFixed(CalibratedFixed):
-    """The release's ``CalibratedFixed``, keeping the marginals measurement it builds (and
-    the input domain, metric and distance OpenDP hands it) so that it can be run again."""
+    """The release's ``CalibratedFixed``, keeping the first marginals measurement it builds
+    (and the input domain, metric and distance OpenDP hands it): its map and sensitivities.
+    OpenDP builds one per invocation of the query; later ones are the same."""
 
     kept: list = dataclasses.field(default_factory=list, compare=False, hash=False)
 
@@ -476,9 +574,10 @@ class _KeptFixed(CalibratedFixed):
                        d_in: Any, d_out: float, *, marginals: Any, model: Any) -> Any:
         m = super().make_marginals(input_domain, input_metric, output_measure, d_in, d_out,
                                    marginals=marginals, model=model)
-        self.kept.append({"measurement": m, "input_domain": input_domain,
-                          "input_metric": input_metric, "output_measure": output_measure,
-                          "d_in": d_in, "d_out": d_out})
+        if not self.kept:
+            self.kept.append({"measurement": m, "input_domain": input_domain,
+                              "input_metric": input_metric, "output_measure": output_measure,
+                              "d_in": d_in, "d_out": d_out})
         return m
 
 
@@ -523,29 +622,31 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
 
     rows = generate_rows(n_rows, seed)
     canary = generate_rows(1, seed + 1)[0]
-    if person:  # at most max_contributions rows per person: the truncation keeps them all
+    if person:  # D's people within the bound (D's counts fixed), the canary over it
         id_field, seen, kept_rows = schema.id_field, Counter[Any](), []
         for r in rows:
             seen[r[id_field]] += 1
             if seen[r[id_field]] <= max_contributions:
                 kept_rows.append(r)
         rows = kept_rows
-        canaries = [{**canary, id_field: "canary-person"}] * max_contributions
+        canaries = [{**canary, id_field: "canary-person"}] * (max_contributions
+                                                             + MODEL_CANARY_EXTRA_ROWS)
         priv_unit = PrivacyUnit(UNIT_COL, max_contributions)
     else:
         canaries, priv_unit = [canary], PrivacyUnit()
     frames = [derive_frame(data, schema, cfg, schema.id_field if person else None)
               .collect().lazy() for data in (rows, [*rows, *canaries])]
+    # what the truncation keeps of the canary (identical rows): the exact counts' D'
+    kept_canary = canaries[:max_contributions] if person else canaries
 
     eps_cal = float(calibrate_to if calibrate_to is not None else epsilon)
     (rho_cal,) = zcdp_budget(eps_cal, delta, [1.0])  # as release_model: counts (eps, delta)
     slot = rho_cal / scale_factor ** 2
-    (claimed_rho,) = zcdp_budget(float(epsilon), delta, [1.0])
     common = {"unit": unit, "rows_in_D": len(rows), "canary_rows": len(canaries),
               "max_contributions": max_contributions if person else None,
               "columns": [c.name for c in cols], "calibrated_to_epsilon": eps_cal,
-              "scale_factor": scale_factor, "delta": delta, "claimed_rho": claimed_rho,
-              "claimed_mu": math.sqrt(2 * claimed_rho)}  # OpenDP: rho = mu^2 / 2
+              "scale_factor": scale_factor, "delta": delta,
+              **conversion_check(epsilon, delta)}
     if mode != "fixed":
         return _adaptive(cfg, cols, frames, priv_unit, slot, epsilon, common)
     release_algorithm = algorithm("fixed", cols, cfg)
@@ -573,8 +674,9 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     exact = make_stable_marginals(kept["input_domain"], kept["input_metric"],
                                   get_associated_metric(kept["output_measure"]), cliques)
     sensitivity = {c: float(v) for c, v in exact.map(d_in).items()}
-    inputs = [f.select([c.frame_col for c in cols]).collect().lazy() for f in frames]
-    true_d, true_dp = (exact(x) for x in inputs)
+    true_d, true_dp = (exact(derive_frame(data, schema, cfg, schema.id_field if person else None)
+                             .select([c.frame_col for c in cols]).collect().lazy())
+                       for data in (rows, [*rows, *kept_canary]))
     shift = {c: (true_dp[c].astype(float) - true_d[c].astype(float)).ravel() for c in cliques}
     for c in cliques:
         if not math.isclose(float(np.linalg.norm(shift[c])), sensitivity[c], rel_tol=1e-9):
@@ -585,10 +687,10 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     weights = {c: shift[c] / stddev[c] ** 2 / mu_mechanism for c in cliques}
 
     def sampler(x: pl.LazyFrame) -> Sampler:
-        def statistic() -> float:
-            released, _ = marginals(x)
+        def statistic() -> float:  # the whole query: the person unit's truncation runs
             return sum(float(np.dot(np.asarray(m.noisy_measurement, dtype=np.float64),
-                                    weights[m.clique])) for m in released.flatten())
+                                    weights[m.clique]))
+                       for m in table_query(x).marginals.flatten())
 
         return lambda n: np.fromiter((statistic() for _ in range(n)), dtype=np.float64,
                                      count=n)
@@ -606,7 +708,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
         "output": "projection of the noisy marginals on the canary's cells, weighted by "
                   "inverse variance"}
     return Neighbours(name=f"model ({unit} unit)", claimed_epsilon=epsilon,
-                      run_d=sampler(inputs[0]), run_dprime=sampler(inputs[1]),
+                      run_d=sampler(frames[0]), run_dprime=sampler(frames[1]),
                       output="scalar", details=details, claimed_delta=delta,
                       claimed_mu=details["claimed_mu"])
 
@@ -722,8 +824,9 @@ def render(report: dict[str, Any], console: Console) -> None:
     console.print(t)
     for r in report["result"]["audits"]:
         cal = r["calibration_runs_per_dataset"]
-        console.print(f"{r['mechanism']}: {r['test']} (chosen on {cal} calibration runs per "
-                      f"dataset; {r['seconds']:.1f} s)")
+        chosen = f"chosen on {cal} calibration runs per dataset" if cal else \
+            "fixed by the audit's design"
+        console.print(f"{r['mechanism']}: {r['test']} ({chosen}; {r['seconds']:.1f} s)")
         if "mu" in r:
             m = r["mu"]
             console.print(f"  mu {m['mu_estimate']:.3f} [{m['mu_ci'][0]:.3f}, "

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.optimize import brentq, minimize_scalar
 from scipy.stats import beta
 from scipy.stats import t as student_t
 from sklearn.metrics import roc_auc_score, roc_curve
@@ -140,3 +141,43 @@ def mu_audit(y_d: np.ndarray, y_dp: np.ndarray, claimed_mu: float,
     return {"mu_estimate": mu, "mu_ci": [lo, hi], "confidence": confidence,
             "claimed_mu": claimed_mu, "noise_sigma_estimate": sigma, "runs_per_dataset": n,
             "passed": lo <= claimed_mu}
+
+
+# ----- zCDP -> (epsilon, delta), written apart from the release's (OpenDP's) conversion ----
+
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """epsilon of rho-zCDP at ``delta`` (Canonne, Kamath, Steinke 2020, "The discrete
+    Gaussian for differential privacy", section 2.3: the inf over alpha > 1 of
+    alpha rho + (ln(1 / delta) + (alpha - 1) ln(1 - 1 / alpha) - ln alpha) / (alpha - 1)),
+    minimised numerically here: a log grid over alpha - 1, then a bounded scalar search.
+    The audits' claims use it so that an error in the release's conversion shows."""
+    if not (rho >= 0 and 0 < delta < 1):
+        raise ValueError("zcdp_epsilon needs rho >= 0 and 0 < delta < 1")
+    if rho == 0:
+        return 0.0
+    log_inv_delta = -math.log(delta)
+
+    def eps_at(t: Any) -> Any:  # t = alpha - 1 > 0
+        t = np.asarray(t, dtype=np.float64)
+        return (1 + t) * rho + (log_inv_delta + t * (np.log(t) - np.log1p(t))
+                                - np.log1p(t)) / t
+
+    grid = np.logspace(-9, 9, 2001)
+    values = eps_at(grid)
+    i = int(np.argmin(values))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+    best = minimize_scalar(lambda t: float(eps_at(t)), bounds=(lo, hi), method="bounded",
+                           options={"xatol": lo * 1e-10})
+    return max(0.0, min(float(best.fun), float(values[i])))
+
+
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """The rho whose `zcdp_epsilon` at ``delta`` is ``epsilon`` (a root search: epsilon
+    grows with rho)."""
+    if not (epsilon > 0 and 0 < delta < 1):
+        raise ValueError("zcdp_rho needs epsilon > 0 and 0 < delta < 1")
+    hi = epsilon  # usually enough (epsilon >= rho for small delta); doubled if not
+    while zcdp_epsilon(hi, delta) < epsilon:
+        hi *= 2
+    return float(brentq(lambda r: zcdp_epsilon(r, delta) - epsilon, 1e-300, hi,
+                        xtol=1e-300, rtol=1e-13))
