@@ -10,7 +10,10 @@ needs is set: the files, epsilon, the unit (person: ``max_contributions`` 2, bel
 canary's 3 rows, so the truncation cuts it) and the public candidate pool (no LLM). D is a
 small fictional table on a tiny public schema (one numeric field, one short text, three
 classes); the canary is one person with a row in each class, far from D's rows. Each run is
-a full signed release into a scratch folder; only the artifact is read back.
+a full signed release into a scratch folder; only the artifact is read back. With
+``phrases`` (the default path when no pool gives topics) the note's topics are its DP phrase
+vocabulary instead (OpenDP partition selection at 0.2 of the counts' epsilon); D then needs
+enough people per note to clear OpenDP's threshold in every run (210 at epsilon 4).
 
 Two checks, either one flags:
 
@@ -92,6 +95,7 @@ class ReleaseAudit:
     max_contributions: int = 2  # person unit: the truncation bound (below canary_rows)
     rows: int = 12
     calibrate_to: float | None = None  # run the release at this epsilon (a self-check)
+    phrases: bool = False  # the note's DP phrase vocabulary as its topics, not the pool's
 
     @property
     def group(self) -> int:
@@ -147,7 +151,7 @@ def overrides(a: ReleaseAudit, work: Path, data: Path, tag: str) -> dict[str, An
             "candidates": work / "pool.jsonl", "epsilon": a.calibrate_to or a.epsilon,
             "unit": a.unit, "id_field": "person" if person else None,
             "max_contributions": a.max_contributions if person else None,
-            "lifetime_epsilon": 1e9}
+            "lifetime_epsilon": 1e9, **({"topics": 0} if a.phrases else {})}
 
 
 def _prepare(work: Path) -> None:
@@ -310,6 +314,9 @@ def audit_release(a: ReleaseAudit, runs: int = DEFAULT_RUNS,
             "counts_epsilon": counts_eps, "counts_delta": counts_delta,
             "marginals": list(released_counts(doc)),
             "topics": {n: t["k"] for n, t in doc["counts"].get("topics", {}).items()},
+            "topic_sources": {n: t.get("source") for n, t in
+                              doc["counts"].get("topics", {}).items()},
+            "ledger_entries": [e["id"] for e in doc["ledger"]["entries"]],
             "selection": {k_: doc["selection"][k_] for k_ in ("mode", "T", "K", "b", "utility")},
             "kernel_channels": doc["selection"]["kernel"]["channels"],
             "embedder": doc["selection"]["kernel"].get("embedder", {}).get("name"),

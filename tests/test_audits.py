@@ -452,6 +452,31 @@ def test_release_audit_of_the_default_config_passes_and_flags_a_factor_two(unit)
     assert bad["noise_check"]["epsilon_lower"] > bad["noise_check"]["claimed_counts_epsilon"]
 
 
+@pytest.mark.slow
+@pytest.mark.audit
+def test_release_audit_with_the_dp_phrase_vocabulary_passes_and_flags_a_factor_two():
+    """The default path without a pool's topics: the note's topics are its DP phrase
+    vocabulary (OpenDP partition selection, 0.2 of the counts' epsilon), entering the
+    fixed model as topic x class, with the embedder and selpe as above. D has 210 people
+    writing three notes (each far above OpenDP's threshold at epsilon 4, so every run
+    releases the same three); the canary's own note is held by one person and never
+    released. A correct release passes; counts at twice their epsilon are flagged by the
+    noise check (the claim's rho is that of the whole counts budget, phrases included)."""
+    from audits.release_audit import ReleaseAudit, audit_release
+
+    strict = {"confidence": STRICT, "noise_confidence": STRICT}
+    setup = {"epsilon": 4.0, "rows": 210, "phrases": True}
+    good = audit_release(ReleaseAudit(**setup), runs=3, calibration_runs=3, **strict)
+    d = good["details"]
+    assert good["passed"] and good["eps_lb"] <= good["claimed_epsilon"]
+    assert d["topic_sources"] == {"note": "dp phrases"} and "cls x topic:note" in d["marginals"]
+    assert "counts/phrases/note" in d["ledger_entries"]
+    assert d["selection"]["b"] == 20 and "field:note" in d["kernel_channels"]
+    bad = audit_release(ReleaseAudit(**setup, calibrate_to=8.0), runs=3, calibration_runs=3,
+                        **strict)
+    assert not bad["passed"] and not bad["noise_check"]["passed"]
+
+
 @pytest.mark.audit
 def test_mechanism_cli_exit_status(tmp_path):
     """The console script's wiring, in a subprocess: exit 1, the FAIL and the report for a
