@@ -241,6 +241,23 @@ def _audits_summary(r: Result) -> str:
     return f"Each mechanism audit at the right and a 2x-off calibration: {right}."
 
 
+def _audits_table(r: Result) -> str:
+    """One row per audit: its right and its 2x-off calibration side by side."""
+    def cell(x: Result) -> str:
+        parts = [f"eps_LB {_f(x['eps_lb'])}"]
+        if x.get("mu_estimate"):
+            parts.append(f"mu {_f(x['mu_estimate'])} ({_f(x['mu_claimed'])})")
+        if x.get("counts_epsilon_lower") is not None:
+            parts.append(f"counts eps lower {_f(x['counts_epsilon_lower'])}")
+        verdict = "pass" if x["passed"] else "FLAGGED"
+        return f"{', '.join(parts)}: {verdict}{'' if x['verdict_right'] else ' (WRONG)'}"
+    by = {(x["audit"], x["calibration"]): x for x in r["rows"]}
+    audits = list(dict.fromkeys(x["audit"] for x in r["rows"]))
+    return _table(("audit", "claimed eps", "right calibration", "2x-off calibration"),
+                  [(a, f"{by[(a, 'right')]['claimed_epsilon']:g}", cell(by[(a, "right")]),
+                    cell(by[(a, "2x")])) for a in audits])
+
+
 def _llm_text_table(r: Result) -> str:
     """Adult's gaps per decoder, then the demo's decodes: text-only TSTR, text and MIA."""
     a = r["adult"]
@@ -296,6 +313,7 @@ TABLES: dict[str, Callable[[Result], str]] = {
     "selection_modes": _selection_modes_table,  # its own table is the full 12-row grid, twice
     "selection_signal": _selection_signal_table,  # its own table is the full grid
     "llm_text": _llm_text_table,
+    "audits": _audits_table,  # its own table is a row per calibration
 }
 SUMMARIES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_summary, "selection": _selection_summary, "decode": _decode_summary,
