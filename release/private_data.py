@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,13 +39,18 @@ class RowProblem:
 
 @dataclass
 class PrivateTable:
-    """Validated private rows (``priv_rows``) and the console-only invalid-row report."""
+    """Validated private rows, typed by the schema (``frame``), and the console-only
+    invalid-row report. ``priv_rows`` (dicts) is made on first use only: a counts-only
+    release reads columns and never builds a million dicts."""
 
-    priv_rows: list[dict[str, Any]]
-    frame: pl.DataFrame  # the same rows, in the same order, typed by the schema
+    frame: pl.DataFrame
     problems: list[RowProblem] = field(default_factory=list)
     dropped_rows: int = 0
     ignored_columns: list[str] = field(default_factory=list)
+
+    @cached_property
+    def priv_rows(self) -> list[dict[str, Any]]:
+        return self.frame.to_dicts()
 
 
 def read_private_rows(source: str | Path | DatabaseSource, schema: Schema,
@@ -92,37 +98,36 @@ def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,
 
     validator = schema.row_validator()
     plain = coerce_plain(frame, schema)
-    by_row = plain is None or not plain[1].all()  # some rows took the per-row path
     if plain is None:  # a column type only the per-row path reads (JSONL, booleans, ...)
         plain = frame.clear(), pl.Series([False] * frame.height)
     coerced, ok = plain
-    good = iter(coerced.filter(ok).to_dicts()) if ok.any() else iter(())
-    doubtful = iter(frame.filter(~ok).iter_rows(named=True))
-    rows: list[dict[str, Any]] = []
+    doubtful = frame.with_row_index("__row").filter(~ok)
+    kept: list[dict[str, Any]] = []  # rows the per-row path accepts, with their index
     problems: list[RowProblem] = []
     bad_rows = 0
-    for i, passed in enumerate(ok.to_list(), start=1):
-        if passed:
-            rows.append(next(good))
-            continue
-        row, row_problems = _coerce_row(next(doubtful), schema, i)
+    for raw in doubtful.iter_rows(named=True):
+        i = raw.pop("__row") + 1
+        row, row_problems = _coerce_row(raw, schema, i)
         if not row_problems:
             row_problems = [_describe(i, err) for err in validator.iter_errors(row)]
         if row_problems:
             bad_rows += 1
             problems.extend(row_problems)
         else:
-            rows.append(row)
+            kept.append({**row, "__row": i - 1})
     if bad_rows and invalid == "fail":
         first = problems[0]
         raise UserError(f"{where}: {bad_rows} invalid row(s); first: row {first.row}, field "
                         f"'{first.field}': {first.reason}. Fix the data, or pass "
                         "--invalid-rows drop to leave such rows out")
-    if not rows:
+    typed = coerced.with_row_index("__row").filter(ok) if ok.any() else None
+    if kept:  # in row order among the rows the columnar check passed
+        slow = pl.DataFrame(kept, schema={**_dtypes(schema), "__row": pl.UInt32})
+        typed = slow if typed is None else pl.concat([typed, slow.select(typed.columns)]).sort(
+            "__row")
+    if typed is None or typed.height == 0:
         raise UserError(f"{where}: no valid rows left after dropping invalid ones")
-    typed = (pl.DataFrame(rows, schema=_dtypes(schema)) if by_row and rows
-             else coerced)  # every row passed the columnar check: its frame is the rows'
-    return PrivateTable(rows, typed, problems, bad_rows, ignored)
+    return PrivateTable(typed.drop("__row"), problems, bad_rows, ignored)
 
 
 def _dtypes(schema: Schema) -> dict[str, Any]:
