@@ -229,6 +229,9 @@ def term_frame(priv_texts: pl.Series, unit: PrivacyUnit, unit_ids: pl.Series | N
     distinct = texts.select(pl.col("__text").unique())
     cut = distinct.with_columns(distinct["__text"].map_elements(
         lambda t: terms(t, kind), return_dtype=pl.List(pl.String)).alias(PHRASE_COL))
+    if per_unit is not None:  # a unit's first per_unit distinct terms lie among its texts'
+        cut = cut.with_columns(pl.col(PHRASE_COL).list.unique(maintain_order=True)
+                               .list.head(per_unit))  # own first per_unit distinct ones
     frame = (texts.join(cut, on="__text", how="left", nulls_equal=True, maintain_order="left")
              .select(_UNIT_COL, PHRASE_COL).explode(PHRASE_COL).drop_nulls())
     if per_unit is not None:

@@ -266,3 +266,27 @@ def test_the_phrase_release_passes_the_mechanism_audit_and_a_factor_ten_is_caugh
                                                       kind=kind),
                           runs=300, calibration_runs=300)
     assert not bad["passed"] and bad["eps_lb"] > 2.0
+
+
+@pytest.mark.parametrize(("kind", "per_unit"), [("keywords", 2), ("keywords", 3), ("phrases", 1)])
+def test_the_term_frame_bounded_before_opendp_keeps_what_its_truncation_keeps(kind, per_unit):
+    """Bounding the term frame per unit before OpenDP (each text's first per_unit distinct
+    terms, then each unit's first per_unit distinct ones) keeps exactly the (unit, term)
+    rows OpenDP's two truncate_per_group steps keep from the unbounded frame."""
+    from release.phrases import _UNIT_COL, PHRASE_COL, term_frame
+
+    rows = generate_rows(600, seed=5)
+    texts = pl.Series([r["chief_complaint"] for r in rows])
+    ids = pl.Series([f"u{i % 97}" for i in range(len(rows))])  # ~6 texts per unit
+    unit = PrivacyUnit("__unit", 10)
+    full = term_frame(texts, unit, ids, kind).collect()
+    expected: dict[str, list[str]] = {}
+    for u, t in full.iter_rows():
+        kept = expected.setdefault(u, [])
+        if t not in kept and len(kept) < per_unit:
+            kept.append(t)
+    bounded = term_frame(texts, unit, ids, kind, per_unit).collect()
+    got: dict[str, list[str]] = {}
+    for u, t in bounded.select(_UNIT_COL, PHRASE_COL).iter_rows():
+        got.setdefault(u, []).append(t)
+    assert got == expected and bounded.height < full.height
