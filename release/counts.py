@@ -17,6 +17,7 @@ import polars as pl
 
 from release.config import Cohort, RateSpec, ReleaseConfig
 from release.opendp_mechanisms import COUNT_COLUMN, CountQuery, CountsRelease, NoisyCounts
+from release.private_data import polars_dtypes
 from selpe_audit.schema import CohortRule, Field, Schema
 
 CLASS_COL = "__class"
@@ -68,7 +69,7 @@ def derive_frame(priv_rows: pl.DataFrame | list[dict[str, Any]], schema: Schema,
     OpenDP groups by it to bound each person's rows, and nothing else reads it.
     """
     frame = (priv_rows.lazy() if isinstance(priv_rows, pl.DataFrame) else
-             pl.DataFrame(priv_rows, schema_overrides=_polars_types(schema),
+             pl.DataFrame(priv_rows, schema_overrides=polars_dtypes(schema),
                           infer_schema_length=None).lazy())
     cols = [pl.col(schema.label).replace_strict(schema.classes, list(range(len(schema.classes))),
                                                 return_dtype=CODE).alias(CLASS_COL)]
@@ -82,13 +83,6 @@ def derive_frame(priv_rows: pl.DataFrame | list[dict[str, Any]], schema: Schema,
     if unit_id:
         cols.append(pl.col(unit_id).cast(pl.String).alias(UNIT_COL))
     return frame.select(cols)
-
-
-def _polars_types(schema: Schema) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in schema.fields:
-        out[f.name] = {"integer": pl.Int64, "number": pl.Float64}.get(f.json_type, pl.String)
-    return out
 
 
 def _keys(columns: dict[str, int]) -> pl.DataFrame:

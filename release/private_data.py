@@ -122,7 +122,7 @@ def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,
                         "--invalid-rows drop to leave such rows out")
     typed = coerced.with_row_index("__row").filter(ok) if ok.any() else None
     if kept:  # in row order among the rows the columnar check passed
-        slow = pl.DataFrame(kept, schema={**_dtypes(schema), "__row": pl.UInt32})
+        slow = pl.DataFrame(kept, schema={**polars_dtypes(schema), "__row": pl.UInt32})
         typed = slow if typed is None else pl.concat([typed, slow.select(typed.columns)]).sort(
             "__row")
     if typed is None or typed.height == 0:
@@ -130,7 +130,8 @@ def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,
     return PrivateTable(typed.drop("__row"), problems, bad_rows, ignored)
 
 
-def _dtypes(schema: Schema) -> dict[str, Any]:
+def polars_dtypes(schema: Schema) -> dict[str, Any]:
+    """Each field's polars type once coerced: Int64, Float64 or String."""
     return {f.name: {"integer": pl.Int64, "number": pl.Float64}.get(f.json_type, pl.String)
             for f in schema.fields}
 
