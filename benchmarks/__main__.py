@@ -104,6 +104,11 @@ def _text_vocabulary(quick: bool) -> dict[str, Any]:
     return text_vocabulary.run(quick)
 
 
+def _scale(quick: bool) -> dict[str, Any]:
+    from benchmarks import scale
+    return scale.run(quick, huge=not quick)
+
+
 def _counts_modes(quick: bool) -> dict[str, Any]:
     from benchmarks import counts_modes
     return counts_modes.run(quick)
@@ -122,6 +127,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "text_vocabulary": ("python -m benchmarks.text_vocabulary", _text_vocabulary),
     "decode": ("python -m benchmarks.decode", _decode),
     "shards": ("python -m benchmarks.shards", _shards),
+    "scale": ("python -m benchmarks.scale --huge", _scale),
     "generation": ("python -m benchmarks.generation", _generation),
     "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
     "database": ("python -m benchmarks.database", _database),

@@ -8,6 +8,7 @@ the page: every number stays in RESULTS.json.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -389,8 +390,23 @@ def _counts_modes_plots(r: Result) -> list[Plot]:
     return plots
 
 
+def _scale_plots(r: Result) -> list[Plot]:
+    rows = r["rows"]
+    series = {"plain read": [x["plain_read"]["seconds"] for x in rows],
+              "read+check": [x["release"]["read_check_s"] for x in rows],
+              "counts": [x["release"]["counts_s"] for x in rows],
+              "release": [x["release"]["seconds"] for x in rows],
+              "decode (model)": [x.get("decode", {}).get("seconds") for x in rows]}
+    logged = {k: [math.log10(v) if v else None for v in vs] for k, vs in series.items()}
+    svg = line_chart("Seconds against rows (log-log)", [f"1e{round(math.log10(x['n']))}"
+                                                          for x in rows],
+                     logged, "log10 seconds", width=640)
+    return [("seconds", "Seconds per stage against N, log-log", svg)]
+
+
 PLOTS: dict[str, Callable[[Result], list[Plot]]] = {
     "adult": _adult_plots, "triage": _triage_plots, "counts_modes": _counts_modes_plots,
+    "scale": _scale_plots,
 }
 
 

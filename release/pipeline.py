@@ -140,8 +140,12 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         with con.status("reading private rows (once)"):
             table = read_private_rows(cfg.source, schema, invalid=cfg.invalid_rows)
         _report_table(log, table)
+        log.write(f"read and checked {table.frame.height} rows in "
+                  f"{time.perf_counter() - t0:.1f} s")
+        t_bind = time.perf_counter()
         # a renamed copy, or rows sharing people with another dataset: refused
         ledger.bind_data(rid, table.frame, person_field)
+        log.write(f"fingerprint and unit hashes in {time.perf_counter() - t_bind:.1f} s")
         log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.1f} s")
     except BaseException:
         ledger.finish(rid, "aborted")
@@ -153,7 +157,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     t_counts = time.perf_counter()
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
         entries, counts_block, total, total_delta = _measure_counts(
-            cfg, schema, table.frame, unit, person_field, codebooks, embedder)
+            cfg, schema, table.frame, unit, person_field, codebooks, embedder, log)
     log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.1f} s")
     selection, run = None, None
     if source is not None:
@@ -162,7 +166,10 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         t_selection = time.perf_counter()
         with con.status(f"selection ({sel.mode})") as status:
             rows = get(sel.mode).private_rows(table.priv_rows, schema, person_field)
+            t_features = time.perf_counter()
             priv = _private_classes(rows, schema, kernel, person_field)
+            log.write(f"private features of {len(rows)} rows in "
+                      f"{time.perf_counter() - t_features:.1f} s")
             del rows
             del table
             run = run_selection(schema, priv, kernel, source, sel, budget.selection_epsilon,
@@ -206,15 +213,17 @@ def _progress(con: Console, log: EnclaveLog,
 def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
                     unit: PrivacyUnit, person_field: str | None,
                     codebooks: dict[str, Any], embedder: Embedder | None,
-                    ) -> tuple[list[LedgerEntry], dict, float, float]:
+                    log: EnclaveLog) -> tuple[list[LedgerEntry], dict, float, float]:
     """The counts stage in the configured mode: ledger entries, the artifact's counts block,
-    and the (epsilon, delta) OpenDP's maps give; ``rows``: the private rows' typed frame."""
+    and the (epsilon, delta) OpenDP's maps give; ``rows``: the private rows' typed frame;
+    the phrase and topic steps' times go to ``log``."""
     frame = derive_frame(rows, schema, cfg, person_field)
     if not cfg.counts.is_model:
         counts = release_counts(frame, unit, plan_queries(schema, cfg))
         entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
                                r.scope, r.composition) for r in counts.results]
         return entries, counts_section(schema, cfg, counts), counts.total_epsilon, 0.0
+    t0 = time.perf_counter()
     phrase_entries, vocab, spent = _release_phrases(cfg, schema, rows, unit, person_field)
     topics = {name: len(cb.anchors) for name, cb in codebooks.items()}
     topics |= {name: v.k for name, v in vocab.items()}
@@ -227,11 +236,9 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
             for name, cb in codebooks.items())
         del encoder
     for name, v in vocab.items():  # a row's topics: its own text's phrase or keywords
-        codes = [v.codes(t) for t in rows[name].to_list()]
-        frame = frame.with_columns(
-            pl.Series(counts_model.topic_col(name, s + 1), [c[s] for c in codes],
-                      dtype=pl.UInt32)
-            for s in range(v.slots))
+        frame = frame.with_columns(_slot_codes(rows[name], v, counts_model.topic_col))
+    if vocab or codebooks:
+        log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.1f} s")
     cols = counts_model.model_columns(schema, topics, {n: v.slots for n, v in vocab.items()})
     budget = (cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
     rel = counts_model.release_model(frame, unit, schema, cfg, cols, budget)
@@ -240,6 +247,22 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
     block = counts_model.counts_section(schema, cfg, cols, rel, topic_json)
     entries = phrase_entries + counts_model.ledger_entries(cfg, cols, rel)
     return entries, block, rel.epsilon + spent[0], rel.delta + spent[1]
+
+
+def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary,
+                col: Callable[[str, int], str]) -> list[pl.Series]:
+    """Each row's topic in every slot of ``vocab``, columns named by ``col``: the codes of
+    each distinct text, computed once and joined back in row order (a function of each
+    row's own text)."""
+    distinct = texts.unique().to_list()
+    codes = [vocab.codes(t) for t in distinct]
+    names = [col(texts.name, s + 1) for s in range(vocab.slots)]
+    table = pl.DataFrame({"text": distinct, **{n: [c[s] for c in codes]
+                                               for s, n in enumerate(names)}},
+                         schema={"text": texts.dtype, **dict.fromkeys(names, pl.UInt32)})
+    return (texts.rename("text").to_frame()
+            .join(table, on="text", how="left", nulls_equal=True, maintain_order="left")
+            .select(names).get_columns())
 
 
 def _release_phrases(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,

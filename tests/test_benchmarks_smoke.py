@@ -196,3 +196,20 @@ def test_llm_text_benchmark_quick(tmp_path):
     assert real["llm"]["records"] > 0
     assert "## llm_text" in out.read_text()
     assert "shown real rows instead (not DP)" in r["summary"]
+
+
+@pytest.mark.slow
+def test_scale_benchmark_quick(tmp_path):
+    """Release stages, decode and private features at two sizes, each in its own process,
+    through the runner: every stage timed, memory measured, the table and the log-log plot."""
+    out = _run_runner(tmp_path, "scale")
+    r = json.loads(out.with_suffix(".json").read_text())["scale"]["result"]
+    assert [x["n"] for x in r["rows"]] == [2_000, 10_000]
+    for x in r["rows"]:
+        rel = x["release"]
+        for stage in ("read_check_s", "fingerprint_s", "phrases_s", "counts_s"):
+            assert rel[stage] is not None, stage
+        assert 0 < rel["read_check_s"] < rel["seconds"] and rel["peak_mib"] > 0
+        assert x["decode"]["rows"] == x["n"] and x["features"]["rows"] == x["n"]
+    text = out.read_text()
+    assert "| N | plain read s |" in text and (tmp_path / "plots" / "scale-seconds.svg").exists()

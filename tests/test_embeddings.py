@@ -197,12 +197,10 @@ def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_sche
 
 
 def _texts(schema, kernel, record) -> list[str]:
-    """The texts `Kernel.featurize` encodes for one record."""
-    out = []
-    for ch in kernel.semantic_channels:
-        out.append(schema.linearize(record) if ch == "global"
-                   else schema.lexicalize(ch[len("field:"):], record[ch[len("field:"):]]))
-    return out
+    """The texts `Kernel.featurize` encodes for one record: its fields' lexicalisations
+    (``global`` is their vectors' normalised sum, no text of its own)."""
+    return [schema.lexicalize(f.name, record[f.name]) for f in schema.record_fields
+            if f.name != schema.label]
 
 
 @pytest.mark.slow

@@ -4,7 +4,10 @@ Channels (names as they appear in configs and in the artifact):
 
 - ``field:<name>`` for every record field: the embedding of l(c, v) (``Schema.lexicalize``),
   a unit vector; channel distance (1 - cos) / 2, clipped to [0, 1];
-- ``global``: the embedding of the linearised record (``Schema.linearize``), same distance;
+- ``global``: the whole record, as the normalised sum of its fields' vectors (every field
+  but the label), same distance. Not the embedding of the linearised record: that text is
+  distinct in every row, so a million private rows meant a million 128-token encodes
+  (~50 ms each on 2 cores); the sum costs one encode per distinct field value;
 - ``num:<name>`` for every numeric field: |x - y| / scale, clipped to [0, 1]. The robust scale
   comes from the candidate set only (IQR times a multiple, floored and capped by the field's
   public range from the schema), never from private data.
@@ -173,6 +176,16 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return v
 
 
+def _unit_sum(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Row-wise sum of unit vectors, normalised in float64 (a zero sum stays zero): the
+    ``global`` channel, a function of each row's own field vectors."""
+    total = np.zeros(parts[0].shape, dtype=np.float64)
+    for p in parts:
+        total += p
+    norms = np.linalg.norm(total, axis=1, keepdims=True)
+    return (total / np.where(norms > _DEGENERATE_NORM, norms, 1.0)).astype(np.float32)
+
+
 @dataclass(frozen=True, repr=False)
 class Features:
     """Per-channel features of ``n`` records: unit (or zero) float32 rows ``(n, d)`` for
@@ -295,6 +308,8 @@ class Kernel:
             "channels": self.channels,
             "weights": dict(self.weights),
             "semantic_distance": "(1 - cos) / 2, clipped to [0, 1]",
+            **({"global": "the normalised sum of the record's field vectors (every field "
+                          "but the label)"} if GLOBAL in self.weights else {}),
             "numeric_distance": "|x - y| / scale, clipped to [0, 1]",
             "numeric_scale": {"statistic": "IQR of the round's candidates",
                               "multiple": self.config.scale_iqr_multiple,
@@ -334,26 +349,43 @@ class Kernel:
                 raise ValueError(f"field '{name}' holds a value that is not a number") from None
         if self.semantic_channels and encoder is None:
             raise ValueError(f"kernel channels {self.semantic_channels} need an embedder")
-        texts: list[str] = []
-        for ch in self.semantic_channels:
-            name = ch[len(FIELD_PREFIX):] if ch != GLOBAL else None
-            try:
-                if name is None:
-                    texts.extend(self.schema.linearize(r) for r in records)
-                else:
-                    texts.extend(self.schema.lexicalize(name, r[name]) for r in records)
-            except KeyError:  # the key is a field name, but say only what is public for sure
-                raise ValueError(f"channel '{ch}': a record lacks a schema field") from None
-            except (TypeError, ValueError):
-                raise ValueError(f"channel '{ch}': a record value cannot be "
-                                 "lexicalised") from None
         semantic: dict[str, np.ndarray] = {}
         if self.semantic_channels:
             assert encoder is not None
-            vecs = np.asarray(encoder.encode(texts), dtype=np.float32)
-            for i, ch in enumerate(self.semantic_channels):
-                semantic[ch] = vecs[i * n:(i + 1) * n]
+            vecs = self._field_vectors(records, encoder)
+            for ch in self.semantic_channels:
+                if ch == GLOBAL:
+                    semantic[ch] = _unit_sum(list(vecs.values()))
+                else:
+                    semantic[ch] = vecs[ch[len(FIELD_PREFIX):]]
         return Features(n=n, semantic=semantic, numeric=numeric)
+
+    def _field_vectors(self, records: Sequence[Mapping[str, Any]],
+                       encoder: TextEncoder) -> dict[str, np.ndarray]:
+        """The vector of l(c, v) for every record and every field a semantic channel needs
+        (all fields but the label for ``global``, the label where it is the only field):
+        each distinct value of a field is
+        lexicalised and encoded once, in one encoder call (values repeat across rows)."""
+        names = ([f.name for f in self.schema.record_fields if f.name != self.schema.label]
+                 or [self.schema.label] if GLOBAL in self.semantic_channels else
+                 [ch[len(FIELD_PREFIX):] for ch in self.semantic_channels])
+        texts: list[str] = []
+        rows_of: dict[str, np.ndarray] = {}
+        for name in names:
+            where: dict[tuple[type, Any], int] = {}  # (type, value): 1 and 1.0 print apart
+            try:
+                idx = [where.setdefault((type(r[name]), r[name]), len(where)) for r in records]
+                distinct = [v for _, v in where]
+                first = len(texts)
+                texts.extend(self.schema.lexicalize(name, v) for v in distinct)
+            except KeyError:  # the key is a field name, but say only what is public for sure
+                raise ValueError(f"channel for field '{name}': a record lacks it") from None
+            except (TypeError, ValueError):
+                raise ValueError(f"field '{name}': a record value cannot be "
+                                 "lexicalised") from None
+            rows_of[name] = first + np.asarray(idx, dtype=np.int64)
+        vecs = np.asarray(encoder.encode(texts), dtype=np.float32)
+        return {name: vecs[rows].reshape(len(records), -1) for name, rows in rows_of.items()}
 
     def fit_scale(self, cand_features: Features) -> NumericScale:
         """Robust per-channel scales from the CANDIDATES only (public). Never pass features
