@@ -123,12 +123,12 @@ def _release(data: Path, folder: Path, key: Path, tag: str,
 
 
 def huge_rows(base: Path, copies: int = 10) -> Path:
-    """``copies`` x the rows of ``base``, each copy's ids suffixed (``-k``): a file as big as
-    a big hospital's, made in seconds (the generator would take an hour)."""
+    """``copies`` x the rows of ``base`` (the 10^6-row file), each copy's ids suffixed
+    (``-k``): a file as big as a big hospital's, made in seconds (the generator would take
+    an hour)."""
     import polars as pl
 
-    path = base.with_name(f"demo-{copies * pl.scan_csv(base).select(pl.len()).collect().item()}"
-                          ".csv")
+    path = base.with_name(f"{base.stem}-x{copies}.csv")
     if not path.exists():
         df = pl.read_csv(base, infer_schema=False)
         tmp = path.with_suffix(".tmp.csv")
@@ -151,8 +151,7 @@ def run(quick: bool = False, sizes: Sequence[int] | None = None,
         key, trust, _ = generate_keypair(folder / "release.pem")
         files = {n: demo_rows(n) for n in sizes}
         if huge:
-            files[HUGE] = huge_rows(files[max(sizes)] if max(sizes) == 1_000_000
-                                    else demo_rows(1_000_000))
+            files[HUGE] = huge_rows(demo_rows(HUGE // 10))
         decode_source = None
         for n, data in files.items():
             row: dict[str, Any] = {"n": n, "plain_read": child({"job": "read", "data": str(data)})}

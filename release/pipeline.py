@@ -236,7 +236,7 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
             for name, cb in codebooks.items())
         del encoder
     for name, v in vocab.items():  # a row's topics: its own text's phrase or keywords
-        frame = frame.with_columns(_slot_codes(rows[name], v, counts_model.topic_col))
+        frame = frame.with_columns(_slot_codes(rows[name], v))
     if vocab or codebooks:
         log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.1f} s")
     cols = counts_model.model_columns(schema, topics, {n: v.slots for n, v in vocab.items()})
@@ -249,14 +249,13 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
     return entries, block, rel.epsilon + spent[0], rel.delta + spent[1]
 
 
-def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary,
-                col: Callable[[str, int], str]) -> list[pl.Series]:
-    """Each row's topic in every slot of ``vocab``, columns named by ``col``: the codes of
-    each distinct text, computed once and joined back in row order (a function of each
-    row's own text)."""
+def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary) -> list[pl.Series]:
+    """Each row's topic in every slot of ``vocab`` (the private frame's topic columns): the
+    codes of each distinct text, computed once and joined back in row order (a function of
+    each row's own text)."""
     distinct = texts.unique().to_list()
     codes = [vocab.codes(t) for t in distinct]
-    names = [col(texts.name, s + 1) for s in range(vocab.slots)]
+    names = [counts_model.topic_col(texts.name, s + 1) for s in range(vocab.slots)]
     table = pl.DataFrame({"text": distinct, **{n: [c[s] for c in codes]
                                                for s, n in enumerate(names)}},
                          schema={"text": texts.dtype, **dict.fromkeys(names, pl.UInt32)})

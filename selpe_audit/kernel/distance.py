@@ -364,8 +364,8 @@ class Kernel:
                        encoder: TextEncoder) -> dict[str, np.ndarray]:
         """The vector of l(c, v) for every record and every field a semantic channel needs
         (all fields but the label for ``global``, the label where it is the only field):
-        each distinct value of a field is
-        lexicalised and encoded once, in one encoder call (values repeat across rows)."""
+        each distinct value of a field is lexicalised and encoded once, in one encoder call
+        (values repeat across rows)."""
         names = ([f.name for f in self.schema.record_fields if f.name != self.schema.label]
                  or [self.schema.label] if GLOBAL in self.semantic_channels else
                  [ch[len(FIELD_PREFIX):] for ch in self.semantic_channels])
