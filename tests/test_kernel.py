@@ -455,4 +455,5 @@ def test_global_channel_is_the_normalised_sum_of_the_field_vectors(demo_schema, 
     only_global = Kernel(demo_schema, embedder, KernelConfig(channels="global"))
     again = only_global.featurize(rows)
     assert embedder.stats.unique_encoded - before == len(distinct)  # each value once
-    assert np.array_equal(again.semantic["global"], feats.semantic["global"])
+    # the public path batches with dynamic padding: the same vectors to float rounding
+    np.testing.assert_allclose(again.semantic["global"], feats.semantic["global"], atol=1e-6)
