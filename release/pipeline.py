@@ -141,12 +141,12 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
             table = read_private_rows(cfg.source, schema, invalid=cfg.invalid_rows)
         _report_table(log, table)
         log.write(f"read and checked {table.frame.height} rows in "
-                  f"{time.perf_counter() - t0:.1f} s")
+                  f"{time.perf_counter() - t0:.2f} s")
         t_bind = time.perf_counter()
         # a renamed copy, or rows sharing people with another dataset: refused
         ledger.bind_data(rid, table.frame, person_field)
-        log.write(f"fingerprint and unit hashes in {time.perf_counter() - t_bind:.1f} s")
-        log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.1f} s")
+        log.write(f"fingerprint and unit hashes in {time.perf_counter() - t_bind:.2f} s")
+        log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.2f} s")
     except BaseException:
         ledger.finish(rid, "aborted")
         raise
@@ -158,7 +158,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
         entries, counts_block, total, total_delta = _measure_counts(
             cfg, schema, table.frame, unit, person_field, codebooks, embedder, log)
-    log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.1f} s")
+    log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.2f} s")
     selection, run = None, None
     if source is not None:
         released = counts_view(counts_block)
@@ -169,7 +169,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
             t_features = time.perf_counter()
             priv = _private_classes(rows, schema, kernel, person_field)
             log.write(f"private features of {len(rows)} rows in "
-                      f"{time.perf_counter() - t_features:.1f} s")
+                      f"{time.perf_counter() - t_features:.2f} s")
             del rows
             del table
             run = run_selection(schema, priv, kernel, source, sel, budget.selection_epsilon,
@@ -177,7 +177,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
                                 hints=released.class_hints(),
                                 progress=_progress(con, log, status.update))
             del priv
-        log.write(f"selection ({sel.mode}) in {time.perf_counter() - t_selection:.1f} s")
+        log.write(f"selection ({sel.mode}) in {time.perf_counter() - t_selection:.2f} s")
         entries += selection_entries(cfg, run)
         total += run.accounting.epsilon
         total_delta += run.accounting.delta
@@ -191,7 +191,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     path = write_release(cfg.out, doc, cfg.release_key)
     write_review_html(cfg.out, doc)
     ledger.finish(rid, "released", epsilon=total, delta=total_delta)
-    log.write(f"wrote and signed the artifact {time.perf_counter() - t0:.1f} s after the "
+    log.write(f"wrote and signed the artifact {time.perf_counter() - t0:.2f} s after the "
               f"start; epsilon {total:g}, delta {total_delta:g}")
     con.print(f"wrote and signed {path}; epsilon spent {total:g} of {budget.epsilon:g} "
               f"(timings and the invalid-row report: {cfg.enclave_log})")
@@ -238,7 +238,7 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
     for name, v in vocab.items():  # a row's topics: its own text's phrase or keywords
         frame = frame.with_columns(_slot_codes(rows[name], v))
     if vocab or codebooks:
-        log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.1f} s")
+        log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.2f} s")
     cols = counts_model.model_columns(schema, topics, {n: v.slots for n, v in vocab.items()})
     budget = (cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
     rel = counts_model.release_model(frame, unit, schema, cfg, cols, budget)

@@ -209,7 +209,7 @@ def test_scale_benchmark_quick(tmp_path):
         rel = x["release"]
         for stage in ("read_check_s", "fingerprint_s", "phrases_s", "counts_s"):
             assert rel[stage] is not None, stage
-        assert 0 < rel["read_check_s"] < rel["seconds"] and rel["peak_mib"] > 0
+        assert 0 <= rel["read_check_s"] < rel["seconds"] and rel["peak_mib"] > 0
         assert x["decode"]["rows"] == x["n"] and x["features"]["rows"] == x["n"]
     text = out.read_text()
     assert "| N | plain read s |" in text and (tmp_path / "plots" / "scale-seconds.svg").exists()
