@@ -68,7 +68,7 @@ class LocalDecode:
         """The select step as `run_decode` runs it: SelectTop (if on and the artifact has
         winners), then the fit (if on). Returns the rows and the select step's notes."""
         kernel = None
-        if settings.select_top and released.kernel is not None:
+        if settings.selects_top and released.kernel is not None:
             kernel = artifact_kernel(released, self.models)[0]
         rows = plan(released, settings.n, settings.overgenerate).rows
         chosen = select(released, cand.by_class, rows, settings, kernel)

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from decode.chunks import CHUNK_ROWS
 from decode.pipeline import DECODERS, DecodeSettings, run_decode
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
@@ -38,6 +39,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="llm (default); marginals: the no-LLM baseline (independent fields); "
                         "model: whole records from the released counts model (artifacts "
                         "released with [counts] mode = \"fixed\", \"aim\" or \"mst\")")
+    p.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS, metavar="R",
+                   help=f"rows made, selected, fitted and written at a time (default "
+                        f"{CHUNK_ROWS:,}): memory is flat in --n; a crash loses at most the "
+                        f"chunk being made; the fit matches the released counts per chunk")
     sh = p.add_argument_group("shards and clusters")
     sh.add_argument("--shards", type=int, metavar="S",
                     help="split the plan into S parts, each seeded by (seed, class, part): the "
@@ -55,8 +60,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     abl = p.add_argument_group("selection and ablations")
     abl.add_argument("--overgenerate", type=float, default=2.0, metavar="F",
                      help="candidates per output row before selection (default 2)")
-    abl.add_argument("--no-select-top", dest="select_top", action="store_false",
-                     help="skip SelectTop (ranking by distance to the class's winners)")
+    abl.add_argument("--select-top", action=argparse.BooleanOptionalAction, default=None,
+                     help="rank candidates by distance to the class's DP-selected winners "
+                          "(SelectTop; default: on for the llm decoder, off for marginals "
+                          "and model, where it moves the histograms away from the released "
+                          "counts)")
     abl.add_argument("--no-fit", dest="fit", action="store_false",
                      help="skip the fit to the released counts (IPF, sampling, swaps, redraw)")
     abl.add_argument("--single-stage", dest="two_stage", action="store_false",
@@ -92,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
                               model=args.model,
                               gpu_layers=gpu_layers(args.gpu_layers),
                               shards=1 if args.shards is None else args.shards,
-                              shard=args.shard)
+                              shard=args.shard, chunk_rows=args.chunk_rows)
     con = Console(stderr=True, highlight=False)
     if args.ray is not None:
         from decode.cluster import run_on_ray  # Ray only when asked for

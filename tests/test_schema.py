@@ -117,3 +117,31 @@ def test_free_text_examples_are_public_prompt_material(demo_schema):
         {**{f.name: f.enum[0] for f in demo_schema.by_kind("categorical")},
          **{f.name: f.minimum for f in demo_schema.by_kind("numeric")},
          "chief_complaint": "not one of the examples"})
+
+
+def test_fast_record_check_agrees_with_jsonschema_on_edge_values(demo_schema):
+    """The decode checks millions of records with `record_check`: it must say exactly what
+    the jsonschema validator says, for every field and every kind of wrong value."""
+    validator, is_valid = demo_schema.record_validator(), demo_schema.record_check()
+    base = {f.name: (f.enum[0] if f.kind == "categorical" else
+                     f.minimum if f.kind == "numeric" else "a" * max(1, f.min_length))
+            for f in demo_schema.record_fields}
+    assert validator.is_valid(base) and is_valid(base)
+    odd = [True, False, 1.0, 3.5, -1, 0, 10**30, 2**63, float("nan"), float("inf"), "5", "",
+           "x" * 5000, None, [], {}]
+    checked = disagree = 0
+    for f in demo_schema.record_fields:
+        values = odd + [v.upper() if isinstance(v, str) else str(v) for v in f.enum]
+        if f.kind == "numeric":
+            values += [f.minimum - 1, f.maximum + 1, f.minimum - 1e-9, f.maximum]
+        for v in [*values, ...]:
+            rec = dict(base)
+            if v is ...:
+                del rec[f.name]
+            else:
+                rec[f.name] = v
+            checked += 1
+            disagree += validator.is_valid(rec) != is_valid(rec)
+    extra = dict(base, extra_field=1)
+    assert not validator.is_valid(extra) and not is_valid(extra)
+    assert checked > 200 and disagree == 0

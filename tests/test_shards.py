@@ -173,7 +173,7 @@ def test_a_part_checkpoint_belongs_to_its_part(art, key, tmp_path):
     p = part_plan(plan(released, 40, 2.0), other, 2.0)
     out = tmp_path / "p.jsonl"
     Checkpoint(checkpoint_path(out), _binding(rel, settings, make_decoder(
-        released, settings, other), p, other), list(released.classes)).close()
+        released, settings, other), p, other, 1), list(released.classes)).close()
     with pytest.raises(UserError, match="belongs to another decode"):
         run_decode(art, [pub], 0, out, settings)
 
