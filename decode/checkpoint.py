@@ -5,7 +5,9 @@ changes which candidates are made); each further line is one candidate with a hi
 sequence number ``seq`` (0, 1, 2, ... in file order) and its index ``i`` in its class's
 stream. Lines are flushed as written and fsynced every `SYNC_EVERY` records or
 `SYNC_SECONDS`, so a killed process loses nothing the OS has accepted, and a power cut
-loses at most the last batch (a torn last line is cut off on resume).
+loses at most the last batch (a torn last line is cut off on resume). A decoder whose records
+cost microseconds (``durable=False``: marginals, model) leaves the lines to the file's buffer
+and syncs once at the end: a crash loses at most a buffer of candidates, remade on resume.
 
 On resume the header must match (else refuse: the file belongs to another decode), the
 sequence numbers must run 0..L-1 and each class's indices 0..m-1 (else refuse: the file was
@@ -38,8 +40,9 @@ def checkpoint_path(out: Path) -> Path:
 class Checkpoint:
     """The open checkpoint of one decode: what is done per class, and appending more."""
 
-    def __init__(self, path: Path, binding: dict[str, Any], classes: list[Any]) -> None:
-        self.path = path
+    def __init__(self, path: Path, binding: dict[str, Any], classes: list[Any],
+                 durable: bool = True) -> None:
+        self.path, self.durable = path, durable
         self.candidates: dict[Any, list[dict[str, Any]]] = {c: [] for c in classes}
         self._keys = {json.dumps(c): c for c in classes}
         self._fh: IO[bytes] = self._open_locked(path)
@@ -105,13 +108,15 @@ class Checkpoint:
         self.candidates[class_value].append(record)
         self._seq += 1
         self._unsynced += 1
-        if self._unsynced >= SYNC_EVERY or time.monotonic() - self._synced_at >= SYNC_SECONDS:
+        if self.durable and (self._unsynced >= SYNC_EVERY
+                             or time.monotonic() - self._synced_at >= SYNC_SECONDS):
             self.sync()
 
     def _write(self, obj: dict[str, Any]) -> None:
         line = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         self._fh.write(line.encode("utf-8") + b"\n")
-        self._fh.flush()
+        if self.durable:
+            self._fh.flush()
 
     def sync(self) -> None:
         self._fh.flush()

@@ -21,16 +21,18 @@ from decode.released import Released
 def cell_counts(released: Released, records: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
     """The records' (class x cell) counts per histogram field (and ``"cohorts"``): what
     `tvd_from_counts` compares, summable over chunks."""
-    def table(cell_of: Any, cells: int) -> list[list[int]]:
-        q = np.zeros((len(released.classes), cells), dtype=np.int64)
-        for r in records:
-            q[released.class_index(r[released.schema.label]), cell_of(r)] += 1
-        return q.tolist()
+    at = {c: k for k, c in enumerate(released.classes)}
+    classes = np.array([at[r[released.schema.label]] for r in records], dtype=np.intp)
 
-    out = {name: table(lambda r, h=h, name=name: h.cell(r[name]), h.dp_counts.shape[1])
+    def table(cells: np.ndarray, width: int) -> list[list[int]]:
+        flat = np.bincount(classes * width + cells, minlength=len(at) * width)
+        return flat.reshape(len(at), width).tolist()
+
+    out = {name: table(h.cells([r[name] for r in records]), h.dp_counts.shape[1])
            for name, h in released.histograms.items()}
     if released.cohorts:
-        out["cohorts"] = table(released.cohort_of, len(released.cohorts))
+        out["cohorts"] = table(np.array([released.cohort_of(r) for r in records],
+                                        dtype=np.intp), len(released.cohorts))
     return out
 
 

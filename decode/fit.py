@@ -35,6 +35,8 @@ from decode.released import Released
 from selpe_audit.bins import grid_size, sample_in_bin
 from selpe_audit.schema import Schema
 
+_GRID = 2.0 ** 20  # the swaps' weights on this grid: their sums are exact
+
 
 @dataclass(frozen=True)
 class Margin:
@@ -72,7 +74,7 @@ def class_margins(released: Released, class_value: Any, records: list[dict[str, 
     k = released.class_index(class_value)
     raw: list[tuple[str, np.ndarray, np.ndarray, float]] = []
     for name, h in released.histograms.items():
-        cells = np.array([h.cell(r[name]) for r in records], dtype=np.intp)
+        cells = h.cells([r[name] for r in records])
         raw.append((name, cells, allocate(h.dp_counts[k], a), 1.0 / h.scale))
     if released.cohorts:
         cells = np.array([released.cohort_of(r) for r in records], dtype=np.intp)
@@ -142,42 +144,79 @@ def l1_distance(margins: list[Margin], chosen: np.ndarray) -> float:
 
 def improve_by_swaps(margins: list[Margin], chosen: np.ndarray, max_swaps: int,
                      tries: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """Greedy swaps (one chosen out, one unchosen in) while the weighted L1 distance drops."""
+    """Greedy swaps (one chosen out, one unchosen in) while the weighted L1 distance drops.
+
+    A row's effect on a margin's L1 term depends only on its cell: per margin and cell, a
+    row leaving (``out``) or joining (``inn``) changes it by -weight where the cell is over
+    (under) its target, else by +weight. Each row's totals (``out_cost``, ``in_cost``) are
+    kept up to date where a swap flips a cell's sign, exactly: the weights are rounded to
+    multiples of 2^-20, so sums of them carry no rounding error. A try corrects, for every
+    margin, the pair that share a cell on the rows of that cell only."""
     if not margins:
         return chosen, 0
     m = len(margins[0].cells)
     mask = np.zeros(m, dtype=bool)
     mask[chosen] = True
     dev = [np.bincount(mg.cells[mask], minlength=len(mg.target)) - mg.target for mg in margins]
+    weights = [round(mg.weight * _GRID) / _GRID for mg in margins]
+    members = [_rows_per_cell(mg) for mg in margins]
+    out = [w * np.where(d >= 1, -1.0, 1.0) for w, d in zip(weights, dev, strict=True)]
+    inn = [w * np.where(d <= -1, -1.0, 1.0) for w, d in zip(weights, dev, strict=True)]
+    out_cost = sum(o[mg.cells] for mg, o in zip(margins, out, strict=True))
+    in_cost = sum(n[mg.cells] for mg, n in zip(margins, inn, strict=True))
     swaps = 0
     while swaps < max_swaps and not mask.all():
-        # Change of each margin's L1 term when a row leaves (out) or joins (in) its cell.
-        out = [mg.weight * np.where(d[mg.cells] >= 1, -1.0, 1.0) for mg, d in zip(
-            margins, dev, strict=True)]
-        inn = [mg.weight * np.where(d[mg.cells] <= -1, -1.0, 1.0) for mg, d in zip(
-            margins, dev, strict=True)]
-        out_cost, in_cost = sum(out), sum(inn)
-        ins, outs = np.flatnonzero(~mask), np.flatnonzero(mask)
-        ranked = outs[np.lexsort((rng.random(len(outs)), out_cost[outs]))][:tries]
+        outs = np.flatnonzero(mask)
+        ranked = outs[_first_by(out_cost[outs], rng.random(len(outs)), tries)]
+        joinable = np.where(mask, np.inf, in_cost)  # a chosen row cannot join
         move = None
         for i in ranked:
-            delta = out_cost[i] + in_cost[ins]
-            for mg, o, n in zip(margins, out, inn, strict=True):
-                same = mg.cells[ins] == mg.cells[i]  # same cell: this margin does not change
-                delta[same] -= o[i] + n[ins][same]
+            delta = out_cost[i] + joinable
+            for mg, o, n, rows in zip(margins, out, inn, members, strict=True):
+                x = mg.cells[i]  # rows in i's cell: this margin does not change
+                delta[rows[x]] -= o[x] + n[x]
             j = int(np.argmin(delta))
             if delta[j] < -1e-9:
-                move = (int(i), int(ins[j]))
+                move = (int(i), j)
                 break
         if move is None:
             break
         i, j = move
         mask[i], mask[j] = False, True
-        for mg, d in zip(margins, dev, strict=True):
+        for mg, w, d, o, n, rows in zip(margins, weights, dev, out, inn, members, strict=True):
             d[mg.cells[i]] -= 1
             d[mg.cells[j]] += 1
+            for x in {int(mg.cells[i]), int(mg.cells[j])}:
+                new_o, new_n = (-w if d[x] >= 1 else w), (-w if d[x] <= -1 else w)
+                if new_o != o[x]:
+                    out_cost[rows[x]] += new_o - o[x]
+                    o[x] = new_o
+                if new_n != n[x]:
+                    in_cost[rows[x]] += new_n - n[x]
+                    n[x] = new_n
         swaps += 1
     return np.flatnonzero(mask), swaps
+
+
+def _first_by(key: np.ndarray, tie: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` smallest ``key`` values, ties broken by ``tie``, in that order:
+    ``np.lexsort((tie, key))[:k]`` without sorting every row."""
+    if len(key) <= k:
+        return np.lexsort((tie, key))
+    cut = np.partition(key, k - 1)[k - 1]
+    below, at = np.flatnonzero(key < cut), np.flatnonzero(key == cut)
+    need = k - len(below)
+    if need < len(at):
+        at = at[np.argpartition(tie[at], need - 1)[:need]]
+    pick = np.concatenate([below, at])
+    return pick[np.lexsort((tie[pick], key[pick]))]
+
+
+def _rows_per_cell(mg: Margin) -> list[np.ndarray]:
+    """Per cell of the margin, the rows in it."""
+    order = np.argsort(mg.cells, kind="stable")
+    bounds = np.cumsum(np.bincount(mg.cells, minlength=len(mg.target)))[:-1]
+    return np.split(order, bounds)
 
 
 def redraw_pileups(records: list[dict[str, Any]], schema: Schema, pile_factor: float,

@@ -9,7 +9,7 @@ survive, which independent per-field draws lose. Per record of class c:
 - every model column takes its cell from the exact conditional chain (never OpenDP's null
   cell, never a numeric bin without a grid point);
 - a categorical field takes the cell's category; a numeric field a value drawn uniformly
-  from the bin's grid points (`selpe_audit.bins.sample_in_bin`);
+  from the bin's grid points (`selpe_audit.bins.grid`);
 - a free-text field with a topic column takes one of the topic's public member texts
   (uniformly; members outside the field's length limits are never used, and a topic with
   none is never drawn); a DP keyword field with several slot columns takes its slots'
@@ -18,13 +18,13 @@ survive, which independent per-field draws lose. Per record of class c:
   of c, else the placeholder);
 - a field the model lacks is drawn as the marginals decoder draws it.
 
-Record i of class c uses its own generator seeded by (seed, stream, c's index, i), so the
-stream is the same however it is split into runs.
+Records are drawn in blocks of `BLOCK` as arrays: block b of class c (its records b x BLOCK ..
+(b + 1) x BLOCK - 1) uses its own generator seeded by (seed, stream, c's index, b), so the
+stream is the same however it is split into runs, chunks or parts.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from typing import Any
 
@@ -34,11 +34,12 @@ from decode.marginals import PLACEHOLDER, MarginalsDecoder
 from decode.mrf import Chain, ClassChain, rebuild_model
 from decode.released import Released
 from selpe_audit.artifact.model_block import CountsModel, ModelColumn, topic_column
-from selpe_audit.bins import grid_size, sample_in_bin
+from selpe_audit.bins import grid, grid_size, value_at
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field
 
 _STREAM = 3  # apart from the marginals decoder's draws (1) and the fit's (2)
+BLOCK = 256  # records drawn at once, as arrays, from one generator
 
 NO_MODEL = ("this artifact has no counts model (it was released with counts mode "
             "\"marginals\"): decode it with --decoder marginals or llm, or release with "
@@ -74,9 +75,15 @@ class ModelDecoder:
                        topic_column(f.name) if f.kind == "text" else cols.get(f.name))
                       for f in self.schema.record_fields]
         # fields the model lacks: the marginals decoder's probabilities, as cumulative lists
-        self._cdfs = {c: {f.name: np.cumsum(self._base.probs(c, f.name)).tolist()
+        self._cdfs = {c: {f.name: np.cumsum(self._base.probs(c, f.name))
                           for f, how, col in self._plan if how == "cell" and col is None}
                       for c in released.classes}
+        # per numeric field: the first grid index and the grid points of every bin
+        self._grids = {f.name: tuple(np.array(v, dtype=np.int64) for v in zip(
+            *((lo, max(0, hi - lo)) for lo, hi in (grid(f, j) for j in range(len(f.bins) - 1))),
+            strict=True)) for f in self.schema.by_kind("numeric")}
+        self._keyword_cache: dict[tuple[str, tuple[int, ...]], str | None] = {}
+        self._last: tuple[Any, int, list[tuple[dict[str, Any], dict[str, int]]]] = (None, -1, [])
 
     def _usable_members(self, col: ModelColumn) -> list[list[str]]:
         """Per topic, its member texts that fit the field's length limits."""
@@ -97,6 +104,7 @@ class ModelDecoder:
     def describe(self) -> dict[str, Any]:
         texts = {f.name: self._text_source(f) for f in self.schema.by_kind("text")}
         return {"name": self.name, "counts_model": _model_summary(self.block),
+                "stream": f"blocks of {BLOCK}",
                 "text_source": texts,
                 "placeholder": PLACEHOLDER if "placeholder" in texts.values() else None}
 
@@ -114,26 +122,76 @@ class ModelDecoder:
     def draw(self, class_value: Any, i: int) -> tuple[dict[str, Any], dict[str, int]]:
         """Record ``i`` of ``class_value``'s stream and, per free-text field with a topic
         column, the topic it was drawn from (the LLM decoder writes that text anew)."""
+        b, at = divmod(i, BLOCK)
+        if self._last[:2] != (class_value, b):
+            self._last = (class_value, b, self._block(class_value, b))
+        rec, topics = self._last[2][at]
+        return dict(rec), dict(topics)  # copies: callers may write into them
+
+    def _block(self, class_value: Any, b: int) -> list[tuple[dict[str, Any], dict[str, int]]]:
+        """Records ``b * BLOCK .. (b + 1) * BLOCK - 1`` of the class's stream, drawn as
+        arrays from one generator seeded by (seed, stream, class index, b): the model cells
+        of every record first, then per field a uniform per record (a cell for a field the
+        model lacks, a topic member, a grid point within a numeric bin)."""
         k = self.released.class_index(class_value)
-        rng = np.random.default_rng([self.seed, _STREAM, k, i])
-        cells = self._chains[class_value].sample(rng)
-        cdfs = self._cdfs[class_value]
-        out: dict[str, Any] = {}
-        topics: dict[str, int] = {}
+        rng = np.random.default_rng([self.seed, _STREAM, k, b])
+        chain = self._chains[class_value]
+        model_cells = chain.sample(rng, BLOCK)
+        at = {c: j for j, c in enumerate(chain.columns)}
+        columns: list[list[Any]] = []
+        topics: dict[str, list[int]] = {}
         for f, how, col in self._plan:
+            u = rng.random(BLOCK)
+            cells = model_cells[:, at[col]] if col in at else None
             if how == "label":
-                out[f.name] = class_value
+                columns.append([class_value] * BLOCK)
             elif how == "text":
-                pool = self._members[f.name][cells[col]] if col in cells else None
-                words = self._keywords(f, cells) if pool else None
-                out[f.name] = words or (pool[int(rng.integers(len(pool)))] if pool else
-                                        self._base.draw(f, class_value, rng))
-                if pool:
-                    topics[f.name] = cells[col]
+                pools = self._members.get(f.name)
+                if cells is None or not pools or not any(pools):
+                    columns.append([self._base.draw(f, class_value, rng) for _ in range(BLOCK)])
+                    continue
+                slots = model_cells[:, [at[c] for c in self._slots[f.name]]].tolist()
+                columns.append([self._keyword_text(f, tuple(sl)) or p[int(x * len(p))]
+                                for sl, p, x in zip(slots, (pools[t] for t in cells.tolist()),
+                                                    u.tolist(), strict=True)])
+                topics[f.name] = cells.tolist()
             else:
-                j = cells[col] if col in cells else _pick(cdfs[f.name], rng.random())
-                out[f.name] = f.enum[j] if f.kind == "categorical" else sample_in_bin(f, j, rng)
-        return out, topics
+                if cells is None:
+                    cdf = self._cdfs[class_value][f.name]
+                    cells = np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"),
+                                       len(cdf) - 1)
+                columns.append(self._values(f, cells, rng))
+        names = [f.name for f, _, _ in self._plan]
+        recs = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+        tops = [dict(zip(topics, row, strict=True)) for row in zip(*topics.values(),
+                                                                    strict=True)] \
+            if topics else [{} for _ in range(BLOCK)]
+        return list(zip(recs, tops, strict=True))
+
+    def _values(self, f: Field, cells: np.ndarray, rng: np.random.Generator) -> list[Any]:
+        """A categorical field's categories, or a numeric field's values drawn uniformly
+        from the grid points of each record's bin."""
+        if f.kind == "categorical":
+            return [f.enum[j] for j in cells.tolist()]
+        lo, size = self._grids[f.name]
+        k = lo[cells] + (rng.random(len(cells)) * size[cells]).astype(np.int64)
+        return [value_at(f, x) for x in k.tolist()]
+
+    def generate(self, class_value: Any, start: int, total: int,
+                 on_record: Callable[[dict[str, Any]], None]) -> None:
+        """Records ``start .. total - 1`` of the class's stream, each handed to ``on_record``."""
+        for i in range(start, total):
+            on_record(self.record(class_value, i))
+
+    def _keyword_text(self, f: Field, slot_cells: tuple[int, ...]) -> str | None:
+        """`_keywords` for one combination of slot cells, computed once."""
+        if len(slot_cells) < 2:
+            return None
+        key = (f.name, slot_cells)
+        if key not in self._keyword_cache:
+            self._keyword_cache[key] = self._keywords(
+                f, dict(zip(self._slots[f.name], slot_cells, strict=True)))
+        return self._keyword_cache[key]
 
     def _keywords(self, f: Field, cells: dict[str, int]) -> str | None:
         """A keyword text: the released keywords of its slots, in slot order, as long as they
@@ -163,16 +221,6 @@ class ModelDecoder:
         """The public member texts of a topic that fit the field (anchor text first)."""
         return self._members[field][topic]
 
-    def generate(self, class_value: Any, start: int, total: int,
-                 on_record: Callable[[dict[str, Any]], None]) -> None:
-        """Records ``start .. total - 1`` of the class's stream, each handed to ``on_record``."""
-        for i in range(start, total):
-            on_record(self.record(class_value, i))
-
-
-def _pick(cdf: list[float], u: float) -> int:
-    """The cell of a cumulative distribution that uniform ``u`` falls in."""
-    return min(bisect.bisect_right(cdf, u * cdf[-1]), len(cdf) - 1)
 
 
 def _model_summary(block: CountsModel) -> dict[str, Any]:

@@ -13,12 +13,12 @@ junction tree whose elimination order ends with the class column gives the sampl
 already drawn neighbours in the triangulated graph, which separate it from every other drawn
 column, so the product of the conditionals is the model's joint, and fixing the class first
 gives P(fields, topics | class) exactly. `ClassChain` precomputes those conditionals for one
-class as cumulative tables, so a record costs one uniform and one bisection per column.
+class as cumulative tables, so a record costs one uniform and one bisection per column, done
+for a block of records at once.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -103,9 +103,8 @@ class Chain:
             sizes = [len(self.allowed[p]) for p in parents]
             strides = [math.prod(sizes[j + 1:]) for j in range(len(sizes))]
             cdf = np.cumsum(table.reshape(-1, table.shape[-1]), axis=1)
-            plans.append((tuple(pos[p] for p in parents), tuple(strides),
-                          [row.tolist() for row in cdf]))
-        cells = [self.allowed[c].tolist() for c in names]
+            plans.append((tuple(pos[p] for p in parents), tuple(strides), cdf))
+        cells = [np.asarray(self.allowed[c], dtype=np.intp) for c in names]
         return ClassChain(tuple(names), tuple(plans), tuple(cells))
 
 
@@ -114,17 +113,23 @@ class ClassChain:
     """One class's conditionals as cumulative tables over flattened parent cells."""
 
     columns: tuple[str, ...]
-    plans: tuple[tuple[tuple[int, ...], tuple[int, ...], list[list[float]]], ...]
-    cells: tuple[list[int], ...]  # per column: allowed index -> model cell
+    plans: tuple[tuple[tuple[int, ...], tuple[int, ...], np.ndarray], ...]
+    cells: tuple[np.ndarray, ...]  # per column: allowed index -> model cell
 
-    def sample(self, rng: np.random.Generator) -> dict[str, int]:
-        """Model cells of one record, drawn with ``len(columns)`` uniforms from ``rng``."""
-        u = rng.random(len(self.columns)).tolist()
-        got: list[int] = []
-        for (parents, strides, cdf), x in zip(self.plans, u, strict=True):
-            row = cdf[sum(got[p] * s for p, s in zip(parents, strides, strict=True))]
-            got.append(min(bisect.bisect_right(row, x * row[-1]), len(row) - 1))
-        return {c: cells[j] for c, cells, j in zip(self.columns, self.cells, got, strict=True)}
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Model cells of ``size`` records, shape (size, columns): one uniform per record
+        and column from ``rng`` (drawn first, as one array), then per column, in chain
+        order, the bisection of each record's uniform in its conditional's cumulative row."""
+        u = rng.random((size, len(self.columns)))
+        got = np.empty((size, len(self.columns)), dtype=np.intp)
+        for c, (parents, strides, cdf) in enumerate(self.plans):
+            flat = np.zeros(size, dtype=np.intp)
+            for p, stride in zip(parents, strides, strict=True):
+                flat += got[:, p] * stride
+            rows = cdf[flat]
+            hit = (rows <= (u[:, c] * rows[:, -1])[:, None]).sum(axis=1)  # bisect_right
+            got[:, c] = np.minimum(hit, rows.shape[1] - 1)
+        return np.stack([self.cells[c][got[:, c]] for c in range(len(self.columns))], axis=1)
 
 
 def _restricted(potentials: Any, keep: Mapping[str, np.ndarray]) -> Any:

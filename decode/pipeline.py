@@ -318,7 +318,9 @@ def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettin
             ckpt_binding = binding if store is None else {**binding, "chunk": ch.index}
             stats, sha = _decode_chunk(released, settings, part, decoder, tools, ch, target,
                                        Checkpoint(checkpoint_path(target), ckpt_binding,
-                                                  list(released.classes)), bar, con)
+                                                  list(released.classes),
+                                                  durable=settings.decoder == "llm"),
+                                       bar, con)
             if store is not None:
                 store.record(ch.index, sha, stats)
             total.add(stats)

@@ -7,7 +7,7 @@ decoders compute with. Everything here is public: DP outputs or post-processing 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,14 @@ class Histogram:
         if self.field.kind == "categorical":
             return self.keys.index(value)
         return self.field.bin_index(float(value))
+
+    def cells(self, values: Sequence[Any]) -> np.ndarray:
+        """`cell` of every value, at once (bins: the inner edges at or below the value)."""
+        if self.field.kind == "categorical":
+            at = {k: j for j, k in enumerate(self.keys)}
+            return np.array([at[v] for v in values], dtype=np.intp)
+        edges = np.asarray(self.field.bins[1:-1], dtype=np.float64)
+        return np.searchsorted(edges, np.asarray(values, dtype=np.float64), side="right")
 
 
 @dataclass(frozen=True)

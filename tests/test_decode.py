@@ -29,6 +29,7 @@ from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.cli import GPU_ENV, gpu_layers
 from decode.fit import (
     FitConfig,
+    Margin,
     class_margins,
     fit_class,
     improve_by_swaps,
@@ -191,6 +192,33 @@ def test_swaps_never_increase_the_distance(counts_art, keys):
     assert l1_distance(margins, chosen) < l1_distance(margins, start)
 
 
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), m=st.integers(4, 60))
+def test_swaps_end_where_no_single_swap_helps(data, m):
+    """With every chosen row tried, the swaps stop only where no swap of one chosen for one
+    unchosen row lowers the weighted L1 distance (brute force over every pair): the costs
+    kept up to date swap by swap are the costs a fresh count gives."""
+    a = data.draw(st.integers(1, m - 1))
+    margins = []
+    for q in range(data.draw(st.integers(1, 4))):
+        k = data.draw(st.integers(2, 5))
+        cells = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=m, max_size=m)))
+        target = allocate(data.draw(st.lists(st.integers(0, 9), min_size=k, max_size=k)), a)
+        weight = data.draw(st.sampled_from([1.0, 0.5, 0.25, 0.75]))
+        margins.append(Margin(str(q), cells, target, weight))
+    start = np.arange(a)
+    # every swap lowers the distance by at least 0.25 (the weights' grid): far below the cap
+    chosen, swaps = improve_by_swaps(margins, start, 10**5, m, np.random.default_rng(1))
+    assert swaps < 10**5 and len(chosen) == a and len(set(chosen.tolist())) == a
+    best = l1_distance(margins, chosen)
+    assert best <= l1_distance(margins, start) - 0.25 * swaps + 1e-9
+    rest = np.setdiff1d(np.arange(m), chosen)
+    for i in chosen:
+        for j in rest:
+            other = np.sort(np.append(chosen[chosen != i], j))
+            assert l1_distance(margins, other) >= best - 1e-9
+
+
 # ----- end to end ------------------------------------------------------------------------------
 
 def test_marginals_decode_of_a_counts_only_artifact(counts_art, keys, tmp_path):
@@ -257,7 +285,7 @@ def test_approvals_are_required_and_recorded(counts_art, keys, tmp_path):
 def test_marginals_decode_of_a_pool_artifact_with_select_top(pool_art, keys, tmp_path):
     pub = keys[0][1]
     out = tmp_path / "syn.jsonl"
-    doc = _decode(pool_art, pub, out, n=30)
+    doc = _decode(pool_art, pub, out, n=30, select_top=True)  # off by default here
     rel = _released(pool_art, pub)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 30

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from decode.model import NO_MODEL, ModelDecoder
+from decode.model import BLOCK, NO_MODEL, ModelDecoder
 from decode.mrf import Chain, rebuild_model
 from decode.pipeline import DECODERS
 from decode.released import released_view
@@ -207,6 +207,11 @@ def test_the_stream_is_seeded_per_record(decoder, release):
     tail: list = []
     decoder.generate(c, 25, 40, tail.append)
     assert tail == whole[25:] and decoder.record(c, 7) == whole[7]
+    long: list = []  # across blocks of records drawn together
+    decoder.generate(c, 0, 3 * BLOCK, long.append)
+    cut: list = []
+    decoder.generate(c, BLOCK - 3, 2 * BLOCK + 5, cut.append)
+    assert cut == long[BLOCK - 3:2 * BLOCK + 5] and long[:40] == whole
     again = ModelDecoder(_released(_doc(block, table)), seed=11)
     assert [again.record(c, i) for i in range(40)] == whole
     other = ModelDecoder(_released(_doc(block, table)), seed=12)
