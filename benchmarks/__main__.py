@@ -106,7 +106,7 @@ def _text_vocabulary(quick: bool) -> dict[str, Any]:
 
 def _scale(quick: bool) -> dict[str, Any]:
     from benchmarks import scale
-    return scale.run(quick, huge=not quick)
+    return scale.run(quick)
 
 
 def _counts_modes(quick: bool) -> dict[str, Any]:
@@ -127,7 +127,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "text_vocabulary": ("python -m benchmarks.text_vocabulary", _text_vocabulary),
     "decode": ("python -m benchmarks.decode", _decode),
     "shards": ("python -m benchmarks.shards", _shards),
-    "scale": ("python -m benchmarks.scale --huge", _scale),
+    "scale": ("python -m benchmarks.scale", _scale),  # 10^7 rows: add --huge
     "generation": ("python -m benchmarks.generation", _generation),
     "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
     "database": ("python -m benchmarks.database", _database),

@@ -588,22 +588,7 @@ def table(result: dict[str, Any]) -> str:
             out.append(f"| {mode} | {v['releases']} | {fmt(t['synthetic_mean'])} / "
                        f"{fmt(t['real_sample'])} | {fmt(o['synthetic_mean'])} / "
                        f"{fmt(o['real_sample'])} | {v['releases_with_a_dropped_class']} |")
-    s = result.get("stages", {})
-    if "counts_s" in s:
-        def sec(x: float | None) -> str:
-            return "-" if x is None else f"{x:.1f}"
-        out += ["", f"Release stages on {s['rows']:,} demo rows (counts only, mode "
-                f"{s['counts_mode']}, no topics; selection not run):", "",
-                "| read and validate (s) | counts (s) | selection (s) | total (s) | peak MiB |",
-                "|---|---|---|---|---|",
-                f"| {sec(s['read_validate_s'])} | {sec(s['counts_s'])} | "
-                f"{sec(s['selection_s'])} | {sec(s['total_s'])} | {s['peak_rss_mib']:.0f} |"]
-        p = s.get("topics_probe")
-        if p:
-            out += ["", f"Topics: on {p['rows']:,} rows ({p['distinct_texts']:,} distinct texts) "
-                    f"the counts stage takes {sec(p['counts_s_with_topics'])} s with topic "
-                    f"anchors (each distinct text embedded alone, a bigger model), "
-                    f"{sec(p['counts_s_without_topics'])} s without."]
+    # the release stages (result["stages"]) are on the page under scale, measured anew
     errors = [f"{p}: {result[p]['error']}" for p in ("adult", "demo", "stages")
               if isinstance(result.get(p), dict) and "error" in result[p]]
     out += [""] + [f"- error in {e}" for e in errors] if errors else []

@@ -308,7 +308,14 @@ def _llm_text_summary(r: Result) -> str:
             + ("all met" if not met else "missed: " + ", ".join(met)) + ".")
 
 
+def _counts_modes_table(r: Result) -> str:
+    from benchmarks import counts_modes  # its own table, rendered anew: the stages moved
+
+    return counts_modes.table(r)
+
+
 TABLES: dict[str, Callable[[Result], str]] = {
+    "counts_modes": _counts_modes_table,  # release stages now in scale: one line here
     "counts": _counts_table, "selection": _selection_table, "decode": _decode_table,
     "generation": _generation_table,
     "selection_modes": _selection_modes_table,  # its own table is the full 12-row grid, twice

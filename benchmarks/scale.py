@@ -40,6 +40,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.counts_modes import ROOT, _demo_config, demo_rows, demo_settings, release_child
+from release.installation import DEFAULT_MAX_EPSILON
 
 FULL_SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (2_000, 10_000)
@@ -110,7 +111,9 @@ def _release(data: Path, folder: Path, key: Path, tag: str,
         settings = {"data": data, "out": folder / f"rel-{tag}", "release_key": key,
                     "lifetime_ledger": folder / f"ledger-{tag}", "dataset": f"demo-{tag}",
                     "enclave_log": folder / f"{tag}.log",
-                    "schema": ROOT / "selpe_audit" / "data" / "ed_triage.schema.json"}
+                    "schema": ROOT / "selpe_audit" / "data" / "ed_triage.schema.json",
+                    # a real installation's default cap (the benchmark child's has none)
+                    "lifetime_epsilon": DEFAULT_MAX_EPSILON}
     else:
         # no embedded topic anchors: a free-text field gets the DP phrase vocabulary
         settings = {**demo_settings(data, folder, key, "fixed", tag, None), "topics": 0}
