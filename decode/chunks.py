@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decode.writers import file_sha256
 from selpe_audit.artifact.canonical import atomic_write_json
 from selpe_audit.errors import UserError
 
@@ -130,8 +131,6 @@ class ChunkStore:
         if not same:
             raise UserError(f"{path}: these chunks belong to another decode (different "
                             f"artifact or settings); rerun with the same settings or {again}")
-        from decode.writers import file_sha256  # writers imports nothing from here
-
         for j, e in entries.items():
             piece = self.piece(j)
             if not piece.exists() or file_sha256(piece) != e.get("sha256"):

@@ -29,14 +29,9 @@ class Histogram:
     scale: float           # a cell's noise, for fit weights: the model's stddev in model
                            # modes, else the Laplace scale of the ledger
 
-    def cell(self, value: Any) -> int:
-        """The category or bin index of a value of this field."""
-        if self.field.kind == "categorical":
-            return self.keys.index(value)
-        return self.field.bin_index(float(value))
-
     def cells(self, values: Sequence[Any]) -> np.ndarray:
-        """`cell` of every value, at once (bins: the inner edges at or below the value)."""
+        """The category or bin index of every value (a bin: the count of inner edges at or
+        below the value, as `Field.bin_index`)."""
         if self.field.kind == "categorical":
             at = {k: j for j, k in enumerate(self.keys)}
             return np.array([at[v] for v in values], dtype=np.intp)

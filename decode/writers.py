@@ -59,8 +59,7 @@ def provenance_path(out: Path) -> Path:
 
 def check_records(records: list[dict[str, Any]], schema: Schema) -> int:
     """Validate every record; return how many passed (all of them, or this raises)."""
-    is_valid = schema.record_check()
-    bad = sum(1 for r in records if not is_valid(r))
+    bad = len(records) - count_valid(records, schema)
     if bad:
         raise RuntimeError(f"{bad} of {len(records)} decoded records break the schema")
     return len(records)

@@ -28,14 +28,13 @@ from decode.pipeline import DecodeSettings, part_plan, plan, run_decode
 from decode.released import released_view
 from decode.shards import Part, shard_path
 from selpe_audit.artifact.document import read_release
-from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.errors import UserError
 
 
 @pytest.fixture(scope="module")
-def key(tmp_path_factory) -> tuple[Path, Path]:
-    priv, pub, _ = generate_keypair(tmp_path_factory.mktemp("key") / "release.pem")
-    return priv, pub
+def key(keys) -> tuple[Path, Path]:
+    """The session's release key pair: (private, public)."""
+    return keys[0][0], keys[0][1]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +42,19 @@ def art(tmp_path_factory, key) -> Path:
     """A counts-only release of the demo sample (the default, model counts mode)."""
     return _release(tmp_path_factory.mktemp("counts"), key[0], counts_share=1.0,
                     selection_share=0.0)
+
+
+def _crash_on_write(monkeypatch, nth: int) -> None:
+    """Ctrl-C while the ``nth`` chunk (counting from 1) is being written."""
+    real, calls = decode.pipeline.write_records, []
+
+    def write(path, rows, schema):
+        calls.append(path)
+        if len(calls) == nth:
+            raise KeyboardInterrupt
+        return real(path, rows, schema)
+
+    monkeypatch.setattr(decode.pipeline, "write_records", write)
 
 
 def _run(art: Path, pub: Path, out: Path, **kw) -> dict:
@@ -117,16 +129,7 @@ def test_a_crash_between_chunks_resumes_at_the_next_chunk(art, key, tmp_path, mo
     pub = key[1]
     whole, out = tmp_path / "whole.jsonl", tmp_path / "out.jsonl"
     expected = _run(art, pub, whole, chunk_rows=50)
-    real = decode.pipeline.write_records
-    calls = []
-
-    def crash_on_the_third(path, rows, schema):
-        calls.append(path)
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # like Ctrl-C while chunk 2 is being written
-        return real(path, rows, schema)
-
-    monkeypatch.setattr(decode.pipeline, "write_records", crash_on_the_third)
+    _crash_on_write(monkeypatch, 3)  # while chunk 2 is being written
     with pytest.raises(KeyboardInterrupt):
         _run(art, pub, out, chunk_rows=50)
     folder = chunk_folder(out)
@@ -134,8 +137,7 @@ def test_a_crash_between_chunks_resumes_at_the_next_chunk(art, key, tmp_path, mo
     assert [e["index"] for e in manifest["done"]] == [0, 1] and not out.exists()
     # chunk 2's candidates were all made before the crash: they wait in its checkpoint
     assert checkpoint_path(folder / "00002.jsonl").exists()
-    monkeypatch.setattr(decode.pipeline, "write_records", real)
-    calls.clear()
+    monkeypatch.undo()
     doc = _run(art, pub, out, chunk_rows=50)
     assert out.read_bytes() == whole.read_bytes()
     assert doc["generation"]["resumed"] > 0
@@ -146,19 +148,10 @@ def test_a_crash_between_chunks_resumes_at_the_next_chunk(art, key, tmp_path, mo
 def test_chunks_of_another_decode_or_changed_are_refused(art, key, tmp_path, monkeypatch):
     pub = key[1]
     out = tmp_path / "out.csv"
-    real = decode.pipeline.write_records
-    calls = []
-
-    def crash_on_the_second(path, rows, schema):
-        calls.append(path)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(path, rows, schema)
-
-    monkeypatch.setattr(decode.pipeline, "write_records", crash_on_the_second)
+    _crash_on_write(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         _run(art, pub, out, chunk_rows=100)
-    monkeypatch.setattr(decode.pipeline, "write_records", real)
+    monkeypatch.undo()
     with pytest.raises(UserError, match="belong to another decode"):
         _run(art, pub, out, chunk_rows=100, seed=7)
     with pytest.raises(UserError, match="belong to another decode"):
@@ -177,16 +170,7 @@ def test_ray_progress_counts_the_chunks_of_a_part(art, key, tmp_path, monkeypatc
     pub = key[1]
     out = tmp_path / "out.jsonl"
     settings = DecodeSettings(n=300, decoder="marginals", shards=2, shard=0, chunk_rows=50)
-    real = decode.pipeline.write_records
-    calls = []
-
-    def crash_on_the_third(path, rows, schema):
-        calls.append(path)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(path, rows, schema)
-
-    monkeypatch.setattr(decode.pipeline, "write_records", crash_on_the_third)
+    _crash_on_write(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         run_decode(art, [pub], 0, shard_path(out, Part(0, 2)), settings)
     released = released_view(read_release(art, [pub]))
