@@ -59,6 +59,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.adult import INF, fmt, label, parse_epsilons, release_settings, split_paths
+from selpe_audit import ALLOCATOR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(__file__).parent / ".cache" / "demo"
@@ -146,7 +147,7 @@ def release_child(overrides: dict[str, Any], config: Path | None = None,
                           for k, v in overrides.items()}}
     r = subprocess.run([sys.executable, "-m", "benchmarks.counts_modes", "--child",
                         json.dumps(spec)], capture_output=True, text=True, timeout=timeout,
-                       cwd=ROOT, env={**os.environ, "NO_COLOR": "1"})
+                       cwd=ROOT, env={**os.environ, **ALLOCATOR_ENV, "NO_COLOR": "1"})
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
         tail = [line.strip() for line in r.stderr.splitlines() if line.strip()][-3:]

@@ -71,7 +71,7 @@ def read_private_rows(source: str | Path | DatabaseSource, schema: Schema,
         raise UserError(f"{p}: data file not found")
     if p.stat().st_size == 0:
         raise UserError(f"{p}: the file is empty; export the records with a header row")
-    if fmt != "parquet":
+    if fmt == "jsonl":
         _check_utf8(p)
     frame = _read_frame(p, fmt)
     if frame.height == 0:
@@ -163,8 +163,9 @@ def _check_utf8(p: Path) -> None:
 def _read_frame(p: Path, fmt: str) -> pl.DataFrame:
     """Read without type coercion; typing is checked per field later.
 
-    CSV cells stay strings; JSONL is parsed line by line with the stdlib so that a wrong
-    JSON type is reported instead of being unified to a string by type inference.
+    CSV cells stay strings (polars refuses a file that is not UTF-8); JSONL is parsed line
+    by line with the stdlib so that a wrong JSON type is reported instead of being unified
+    to a string by type inference.
     """
     if fmt == "jsonl":
         return _read_jsonl(p)
@@ -173,6 +174,8 @@ def _read_frame(p: Path, fmt: str) -> pl.DataFrame:
             return pl.read_csv(p, infer_schema=False, missing_utf8_is_empty_string=False)
         return pl.read_parquet(p)
     except Exception as e:  # polars' messages may quote file content: report only the kind
+        if fmt == "csv":
+            _check_utf8(p)  # polars refuses bad UTF-8 too, but without the line
         raise UserError(f"{p}: cannot parse as {fmt.upper()} ({type(e).__name__}); check "
                         "quoting, delimiters and that every line has the same columns") from None
 

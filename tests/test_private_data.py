@@ -7,6 +7,8 @@ import json
 import polars as pl
 import pytest
 from conftest import good_row
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from release.private_data import read_private_rows
 from selpe_audit.errors import UserError
@@ -55,12 +57,14 @@ def test_missing_column(tmp_path, demo_schema):
     assert "missing column 'heart_rate'" in _err(_csv(tmp_path, rows), demo_schema)
 
 
-def test_non_utf8(tmp_path, demo_schema):
-    p = _csv(tmp_path, [good_row(1), good_row(2)])
-    data = p.read_bytes().replace(b"sore throat", b"sore thr\xff\xfet")
-    p.write_bytes(data)
+@pytest.mark.parametrize("bad", [b"sore thr\xff\xfet", b'"sore, thr\xc3"'])
+def test_non_utf8(tmp_path, demo_schema, bad):
+    p = _csv(tmp_path, [good_row(1), good_row(2), good_row(3)])
+    lines = p.read_bytes().split(b"\n")
+    lines[2] = lines[2].replace(b"sore throat", bad)
+    p.write_bytes(b"\n".join(lines))
     msg = _err(p, demo_schema)
-    assert "line 2 is not valid UTF-8" in msg
+    assert "line 3 is not valid UTF-8" in msg
 
 
 @pytest.mark.parametrize(
@@ -125,14 +129,30 @@ def test_extra_columns_are_ignored_and_reported(tmp_path, demo_schema):
 
 _TRICKY = {  # cells whose form the columnar check must either coerce exactly or hand back
     "age": ["42", " 42 ", "42.0", "+7", "-0", "1_0", "4.5", "1e1", "106", "-1", "", " ",
-            "nan", "inf", "\x1c", "٣", "99999999999999999999", "0x1f", "3.", ".5e1"],
+            "nan", "inf", "\x1c", "٣", "99999999999999999999", "0x1f", "3.", ".5e1", "007",
+            "-0.0", "Infinity", "\t9\t", "4e1", "9007199254740993"],
     "temperature_c": ["37", "37.25", " 36.6", "3.7e1", "1e400", "nan", "-inf", "41.9999",
-                      "42.0000001", "34", "abc", "", "36,6", "0.37E+2", "1_2.5"],
+                      "42.0000001", "34", "abc", "", "36,6", "0.37E+2", "1_2.5", "+.37e2", "NaN",
+                      "037.0", "\uff13\uff17"],
     "sex": ["female", " female", "FEMALE", "", " ", "\x1c", "other"],
     "patient_id": ["P1", "", " ", "\x1c", "\x1c\x1d", "x" * 16, "x" * 17, "\u3000", "é"],
     "chief_complaint": ["ok!", "ab", "", "   ", "x" * 120, "x" * 121, "é" * 120, "\x1c\x1c\x1c"],
     "acuity": ["1", "5", "6", "0", "1.0", "2.5", " 3", "three"],
 }
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(alphabet="0123456789+-._eE xinfatyINFATY\u0663\uff13\x1c\t", max_size=8),
+                min_size=1, max_size=20))
+def test_polars_parses_a_subset_of_what_python_parses_to_the_same_values(cells):
+    """The columnar check trusts polars' casts where they succeed: each such cell must be
+    one Python's int()/float() take, with the same value (bitwise for floats)."""
+    stripped = pl.Series(cells, dtype=pl.String).str.strip_chars()
+    for dtype, parse in ((pl.Int64, int), (pl.Float64, float)):
+        for cell, got in zip(cells, stripped.cast(dtype, strict=False).to_list(), strict=True):
+            if got is not None:
+                want = parse(cell.strip())
+                assert repr(got) == repr(want) and type(got) is type(want), cell
 
 
 def _per_row_only(monkeypatch):
