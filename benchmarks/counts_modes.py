@@ -147,7 +147,7 @@ def release_child(overrides: dict[str, Any], config: Path | None = None,
                           for k, v in overrides.items()}}
     r = subprocess.run([sys.executable, "-m", "benchmarks.counts_modes", "--child",
                         json.dumps(spec)], capture_output=True, text=True, timeout=timeout,
-                       cwd=ROOT, env={**os.environ, **ALLOCATOR_ENV, "NO_COLOR": "1"})
+                       cwd=ROOT, env={**ALLOCATOR_ENV, **os.environ, "NO_COLOR": "1"})
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
         tail = [line.strip() for line in r.stderr.splitlines() if line.strip()][-3:]

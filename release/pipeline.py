@@ -239,8 +239,6 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
         frame = frame.with_columns(_slot_codes(rows[name], v))
     if vocab or codebooks:
         log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.2f} s")
-    frame = frame.collect().lazy()  # OpenDP runs each query on this plan: codes only, not
-    # the typed rows and every expression that derived them (~100 MB/s of memory at 1M rows)
     cols = counts_model.model_columns(schema, topics, {n: v.slots for n, v in vocab.items()})
     budget = (cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
     rel = counts_model.release_model(frame, unit, schema, cfg, cols, budget)
