@@ -654,10 +654,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     keeper = _KeptFixed(queries=release_algorithm.queries, estimator=_no_fit)
     # the release's table query (release.counts_model._table_query) with the kept algorithm
     ctx = new_context(frames[0], priv_unit, [slot], measure="rho")
-    query = ctx.query()
-    if person:
-        query = query.truncate_per_group(max_contributions)
-    table_query = (query.select(*[c.frame_col for c in cols])
+    table_query = (priv_unit.bounded(ctx.query()).select(*[c.frame_col for c in cols])
                    .contingency_table(keys={c.frame_col: list(range(len(c.keys)))
                                             for c in cols}, algorithm=keeper)
                    .resolve())
@@ -739,10 +736,7 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
     slot = _working_slot(frames[0], priv_unit, cols, cfg, slot)
     alg = dataclasses.replace(algorithm(mode, cols, cfg), estimator=_quick_fit)
     ctx = new_context(frames[0], priv_unit, [slot], measure="rho")
-    query = ctx.query()
-    if priv_unit.id_field is not None:
-        query = query.truncate_per_group(priv_unit.max_contributions)
-    table_query = (query.select(*[c.frame_col for c in cols])
+    table_query = (priv_unit.bounded(ctx.query()).select(*[c.frame_col for c in cols])
                    .contingency_table(keys={c.frame_col: list(range(len(c.keys)))
                                             for c in cols}, algorithm=alg)
                    .resolve())

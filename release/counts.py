@@ -16,7 +16,13 @@ from typing import Any
 import polars as pl
 
 from release.config import Cohort, RateSpec, ReleaseConfig
-from release.opendp_mechanisms import COUNT_COLUMN, CountQuery, CountsRelease, NoisyCounts
+from release.opendp_mechanisms import (
+    COUNT_COLUMN,
+    CountQuery,
+    CountsRelease,
+    NoisyCounts,
+    unit_codes,
+)
 from release.private_data import polars_dtypes
 from selpe_audit.schema import CohortRule, Field, Schema
 
@@ -64,9 +70,8 @@ def derive_frame(priv_rows: pl.DataFrame | list[dict[str, Any]], schema: Schema,
     """Private rows (a frame typed by the schema, or dicts) reduced to public-key codes,
     computed row by row (1-stable).
 
-    The person id (if any) is kept as itself, as text (injective, unlike a 64-bit hash, whose
-    collisions would merge two people into one unit and break the per-person bound):
-    OpenDP groups by it to bound each person's rows, and nothing else reads it.
+    The person id (if any) becomes its unit code (`unit_codes`: injective): OpenDP groups
+    by it to bound each person's rows, and nothing else reads it.
     """
     frame = (priv_rows.lazy() if isinstance(priv_rows, pl.DataFrame) else
              pl.DataFrame(priv_rows, schema_overrides=polars_dtypes(schema),
@@ -81,7 +86,7 @@ def derive_frame(priv_rows: pl.DataFrame | list[dict[str, Any]], schema: Schema,
         cols.append(pl.col(r.outcome_field).is_in(list(r.outcome_values)).cast(CODE)
                     .alias(f"{OUTCOME_COL}{i}"))
     if unit_id:
-        cols.append(pl.col(unit_id).cast(pl.String).alias(UNIT_COL))
+        cols.append(unit_codes(pl.col(unit_id)).alias(UNIT_COL))
     return frame.select(cols)
 
 

@@ -223,10 +223,7 @@ def _table_query(ctx: dp.Context, unit: PrivacyUnit, cols: list[ModelColumn],
                  cfg: ReleaseConfig) -> dp.Measurement:
     """The contingency table measurement at the context's next slot (after truncation to
     each person's bound, if the unit is a person)."""
-    query = ctx.query()
-    if unit.id_field is not None:
-        query = query.truncate_per_group(unit.max_contributions)
-    return (query.select(*[c.frame_col for c in cols])
+    return (unit.bounded(ctx.query()).select(*[c.frame_col for c in cols])
             .contingency_table(keys={c.frame_col: list(range(len(c.keys))) for c in cols},
                                algorithm=algorithm(cfg.counts.mode, cols, cfg))
             .resolve())

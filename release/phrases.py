@@ -38,7 +38,7 @@ from typing import Any
 import opendp.prelude as dp
 import polars as pl
 
-from release.opendp_mechanisms import PrivacyUnit
+from release.opendp_mechanisms import PrivacyUnit, spooled_context, unit_codes
 from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.errors import UserError
 
@@ -188,8 +188,8 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
                     per_unit: int = 1, max_phrases: int = 64,
                     kind: str = "phrases", deny: frozenset[str] = frozenset(),
                     slots: int = 1) -> PhraseVocabulary:
-    """The DP vocabulary of one field (see module). ``unit_ids``: each row's person id as
-    text (person unit), else None (each row its own unit). Private in, public out."""
+    """The DP vocabulary of one field (see module). ``unit_ids``: each row's person id, of
+    any type (person unit), else None (each row its own unit). Private in, public out."""
     if not epsilon > 0 or not 0 < delta < 1:
         raise ValueError("phrases need epsilon > 0 and 0 < delta < 1")
     if min(per_unit, max_phrases, slots) < 1 or (kind == "phrases" and slots != 1):
@@ -215,55 +215,69 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
 
 def term_frame(priv_texts: pl.Series, unit: PrivacyUnit, unit_ids: pl.Series | None,
                kind: str, per_unit: int | None = None) -> pl.LazyFrame:
-    """One row per (unit id, term) occurrence, rows in input order (private); each distinct
+    """One row per (unit, term) occurrence, rows in input order (private); each distinct
     text cut into terms once. With ``per_unit``, only the rows OpenDP's bounding keeps
-    (`phrase_measurement`: a unit's distinct terms, its first ``per_unit``) - a function of
-    each unit's own rows, so the privacy map is unchanged, and a million texts' ten million
-    term rows never reach OpenDP."""
+    (`phrase_measurement`: a unit's distinct terms, its first ``per_unit``), grouped by unit
+    (each unit's in input order) - a function of each unit's own rows, so the privacy map is
+    unchanged, and a million texts' ten million term rows never reach OpenDP.
+
+    A unit is a u32 code (`unit_codes`; a row alone: its index). The rows are bounded on
+    integer codes of the terms, and only the kept rows get their term's text (views into
+    one copy of each distinct term): 10^7 rows take hundreds of MB, not gigabytes."""
     person = unit.id_field is not None
     if person and unit_ids is None:
         raise ValueError("the person unit needs each row's person id")
-    ids = unit_ids.cast(pl.String) if person else pl.int_range(  # type: ignore[union-attr]
-        len(priv_texts), eager=True).cast(pl.String)
-    texts = pl.DataFrame({_UNIT_COL: ids, "__text": priv_texts.cast(pl.String)})
-    distinct = texts["__text"].drop_nulls().unique().to_list()
-    owner: list[int] = []  # one (distinct text, term) row per term, built flat: a polars
-    cut_terms: list[str] = []  # list column made from Python lists costs ~25 us a text
-    for i, text in enumerate(distinct):
+    units = (unit_codes(unit_ids) if person and unit_ids is not None
+             else pl.int_range(len(priv_texts), eager=True, dtype=pl.UInt32))
+    texts = priv_texts.cast(pl.String)
+    distinct = texts.drop_nulls().unique()
+    owner: list[int] = []  # (distinct text, term) rows, built flat: a polars list column
+    term_ids: list[int] = []  # made from Python lists costs ~25 us a text
+    vocabulary: dict[str, int] = {}
+    for j, text in enumerate(distinct.to_list()):
         got = terms(text, kind)
         if per_unit is not None:  # a unit's first per_unit distinct terms lie among its
             got = list(dict.fromkeys(got))[:per_unit]  # texts' own first per_unit ones
-        owner += [i] * len(got)
-        cut_terms += got
-    cut = pl.DataFrame({"__text": pl.Series(distinct, dtype=pl.String)[owner],
-                        PHRASE_COL: pl.Series(cut_terms, dtype=pl.String)})
-    frame = (texts.join(cut, on="__text", how="inner", maintain_order="left_right")
-             .select(_UNIT_COL, PHRASE_COL))
-    if per_unit is not None:
-        frame = (frame.unique(subset=[_UNIT_COL, PHRASE_COL], keep="first", maintain_order=True)
-                 .filter(pl.int_range(pl.len()).over(_UNIT_COL) < per_unit))
-    return frame.lazy()
+        owner += [j] * len(got)
+        term_ids += [vocabulary.setdefault(t, len(vocabulary)) for t in got]
+    cut = pl.DataFrame({"__text": distinct.gather(owner),
+                        "__term": pl.Series(term_ids, dtype=pl.UInt32)})
+    frame = (pl.DataFrame({_UNIT_COL: units, "__text": texts})  # the small side: the cut
+             .join(cut, on="__text", how="inner", maintain_order="left_right")
+             .select(_UNIT_COL, "__term"))
+    if per_unit is not None:  # a unit's distinct terms in row order, its first per_unit:
+        # sorted by unit (stably), a row's place in its unit is its index less the unit's
+        # first index (polars' unique and over() cost 10x the memory and time at 10^6 rows)
+        pair = pl.col(_UNIT_COL).cast(pl.UInt64) * (1 << 32) + pl.col("__term")
+        place = (pl.int_range(pl.len(), dtype=pl.UInt32)
+                 - pl.col(_UNIT_COL).search_sorted(pl.col(_UNIT_COL), side="left")
+                 .cast(pl.UInt32))
+        frame = (frame.filter(pair.is_first_distinct()).sort(_UNIT_COL, maintain_order=True)
+                 .filter(place < per_unit))
+    phrases = pl.Series(PHRASE_COL, list(vocabulary), dtype=pl.String)
+    return pl.DataFrame([frame[_UNIT_COL], phrases.gather(frame["__term"])]).lazy()
 
 
 def phrase_measurement(frame: pl.LazyFrame, epsilon: float, delta: float,
                        per_unit: int) -> tuple[dp.Context, dp.Measurement]:
     """The OpenDP Context over a `term_frame` and its measurement at (epsilon, delta): the
     release runs it once through the Context; the mechanism audit invokes it many times."""
-    domain = dp.lazyframe_domain([dp.series_domain(name, dp.atom_domain(T=dp.String))
-                                  for name in (_UNIT_COL, PHRASE_COL)])
+    domain = dp.lazyframe_domain([dp.series_domain(_UNIT_COL, dp.atom_domain(T=dp.u32)),
+                                  dp.series_domain(PHRASE_COL, dp.atom_domain(T=dp.String))])
     # a person (or a row) is one unit; its rows are bounded below, inside OpenDP
-    ctx = dp.Context.compositor(data=frame, domain=domain,
-                                privacy_unit=dp.unit_of(contributions=1,
-                                                        identifier=pl.col(_UNIT_COL)),
-                                privacy_loss=dp.loss_of(epsilon=epsilon, delta=delta),
-                                split_evenly_over=1)
+    ctx = spooled_context(frame.collect(), domain=domain,
+                          privacy_unit=dp.unit_of(contributions=1, identifier=pl.col(_UNIT_COL)),
+                          privacy_loss=dp.loss_of(epsilon=epsilon, delta=delta),
+                          split_evenly_over=1)
     # one row per (unit, term), then the unit's first per_unit rows - its texts in row order,
     # each text's words before its word pairs: a text's leading words (its head: "fever",
     # "cough") gather counts where a random choice spreads them (23 keywords released on
     # 5,000 demo rows at epsilon 0.4, against 4 for a random 2) - (not truncate_num_groups:
     # in OpenDP 0.16 its "first" keeps k - 1 groups, polars' rank starting at 1, and its
     # "sample" fails to plan on a single text column)
-    query = (ctx.query().truncate_per_group(1, by=[PHRASE_COL])
+    # (the first step keeps any one of a unit's identical (unit, term) rows: "first" costs a
+    # fifth of "sample"'s shuffle per group in memory at 10^6 rows, for the same counts)
+    query = (ctx.query().truncate_per_group(1, by=[PHRASE_COL], keep="first")
              .truncate_per_group(per_unit, keep="first")
              .group_by(PHRASE_COL).agg(dp.len(signed=False).alias("dp_count")))
     return ctx, _calibrated(ctx, query, epsilon, delta)

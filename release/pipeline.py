@@ -52,6 +52,7 @@ from selpe_audit.artifact.view import counts_view
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import Kernel, KernelConfig
 from selpe_audit.kernel.embeddings import Embedder
+from selpe_audit.memory import return_freed_memory
 from selpe_audit.models import Models, shared
 from selpe_audit.review.page import write_review_html
 from selpe_audit.schema import Schema, load_schema
@@ -145,6 +146,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         t_bind = time.perf_counter()
         # a renamed copy, or rows sharing people with another dataset: refused
         ledger.bind_data(rid, table.frame, person_field)
+        return_freed_memory()
         log.write(f"fingerprint and unit hashes in {time.perf_counter() - t_bind:.2f} s")
         log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.2f} s")
     except BaseException:
@@ -156,8 +158,12 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     # From here on DP mechanisms run: the reservation stands whatever happens.
     t_counts = time.perf_counter()
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
-        entries, counts_block, total, total_delta = _measure_counts(
-            cfg, schema, table.frame, unit, person_field, codebooks, embedder, log)
+        coded = _coded_rows(cfg, schema, table.frame, unit, person_field, codebooks,
+                            embedder, log)
+        if source is None:  # counts only: the typed rows are not read again (2.3 GB at
+            del table  # 10^7 rows, no longer under the counts' peak)
+        entries, counts_block, total, total_delta = _measure_counts(cfg, schema, coded, unit,
+                                                                    codebooks)
     log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.2f} s")
     selection, run = None, None
     if source is not None:
@@ -210,21 +216,31 @@ def _progress(con: Console, log: EnclaveLog,
     return report
 
 
-def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
-                    unit: PrivacyUnit, person_field: str | None,
-                    codebooks: dict[str, Any], embedder: Embedder | None,
-                    log: EnclaveLog) -> tuple[list[LedgerEntry], dict, float, float]:
-    """The counts stage in the configured mode: ledger entries, the artifact's counts block,
-    and the (epsilon, delta) OpenDP's maps give; ``rows``: the private rows' typed frame;
-    the phrase and topic steps' times go to ``log``."""
-    frame = derive_frame(rows, schema, cfg, person_field)
+@dataclass(frozen=True)
+class CodedRows:
+    """The private rows as the counts read them: one row each, of key, unit and topic codes
+    (``frame``), and the phrase vocabularies released on the way (their ledger entries,
+    and the (epsilon, delta) OpenDP reports spent); ``topics``: topics per text field."""
+
+    frame: pl.DataFrame
+    phrase_entries: list[LedgerEntry]
+    vocab: dict[str, PhraseVocabulary]
+    spent: tuple[float, float]
+    topics: dict[str, int]
+
+
+def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, unit: PrivacyUnit,
+                person_field: str | None, codebooks: dict[str, Any],
+                embedder: Embedder | None, log: EnclaveLog) -> CodedRows:
+    """``rows`` (the private rows' typed frame) reduced to codes; in a model mode with free
+    text, each text's DP phrase vocabulary first (its time goes to ``log``)."""
+    frame = derive_frame(rows, schema, cfg, person_field).collect()
     if not cfg.counts.is_model:
-        counts = release_counts(frame, unit, plan_queries(schema, cfg))
-        entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
-                               r.scope, r.composition) for r in counts.results]
-        return entries, counts_section(schema, cfg, counts), counts.total_epsilon, 0.0
+        return CodedRows(frame, [], {}, (0.0, 0.0), {})
     t0 = time.perf_counter()
-    phrase_entries, vocab, spent = _release_phrases(cfg, schema, rows, unit, person_field)
+    phrase_entries, vocab, spent = _release_phrases(
+        cfg, schema, rows, unit, frame[UNIT_COL] if person_field else None)
+    return_freed_memory()  # what OpenDP's phrase queries freed: not in the counts' peak
     topics = {name: len(cb.anchors) for name, cb in codebooks.items()}
     topics |= {name: v.k for name, v in vocab.items()}
     if codebooks and embedder is not None:  # a row's topic from its own text alone
@@ -239,13 +255,28 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
         frame = frame.with_columns(_slot_codes(rows[name], v))
     if vocab or codebooks:
         log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.2f} s")
-    cols = counts_model.model_columns(schema, topics, {n: v.slots for n, v in vocab.items()})
+    return CodedRows(frame, phrase_entries, vocab, spent, topics)
+
+
+def _measure_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: PrivacyUnit,
+                    codebooks: dict[str, Any],
+                    ) -> tuple[list[LedgerEntry], dict, float, float]:
+    """The counts stage in the configured mode: ledger entries, the artifact's counts block,
+    and the (epsilon, delta) OpenDP's maps give, the phrase vocabularies' included."""
+    if not cfg.counts.is_model:
+        counts = release_counts(coded.frame.lazy(), unit, plan_queries(schema, cfg))
+        entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
+                               r.scope, r.composition) for r in counts.results]
+        return entries, counts_section(schema, cfg, counts), counts.total_epsilon, 0.0
+    vocab, spent = coded.vocab, coded.spent
+    cols = counts_model.model_columns(schema, coded.topics,
+                                      {n: v.slots for n, v in vocab.items()})
     budget = (cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
-    rel = counts_model.release_model(frame, unit, schema, cfg, cols, budget)
+    rel = counts_model.release_model(coded.frame.lazy(), unit, schema, cfg, cols, budget)
     topic_json = {name: cb.to_json() for name, cb in codebooks.items()}
     topic_json |= {name: phrase_topics(v) for name, v in vocab.items()}
     block = counts_model.counts_section(schema, cfg, cols, rel, topic_json)
-    entries = phrase_entries + counts_model.ledger_entries(cfg, cols, rel)
+    entries = coded.phrase_entries + counts_model.ledger_entries(cfg, cols, rel)
     return entries, block, rel.epsilon + spent[0], rel.delta + spent[1]
 
 
@@ -265,20 +296,20 @@ def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary) -> list[pl.Series]:
 
 
 def _release_phrases(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
-                     unit: PrivacyUnit, person_field: str | None,
+                     unit: PrivacyUnit, ids: pl.Series | None,
                      ) -> tuple[list[LedgerEntry], dict[str, PhraseVocabulary],
                                 tuple[float, float]]:
     """The DP phrase vocabulary of each free-text field without a codebook, at
     ``phrase_share`` of the counts' epsilon and half their delta, split evenly over the
-    fields; fields where OpenDP released no phrase get no topic column. Returns the ledger
-    entries, the vocabularies and the (epsilon, delta) OpenDP reports spent."""
+    fields; fields where OpenDP released no phrase get no topic column. ``ids``: each row's
+    unit code (person unit), else None. Returns the ledger entries, the vocabularies and the
+    (epsilon, delta) OpenDP reports spent."""
     fields = cfg.phrase_fields(schema)
     if not fields:
         return [], {}, (0.0, 0.0)
     c = cfg.counts
     eps = cfg.budget.counts_epsilon * c.phrase_share / len(fields)
     delta = cfg.counts_delta / 2 / len(fields)
-    ids = rows[person_field].cast(pl.String) if person_field else None
     deny, deny_sha = read_denylist(c.deny) if c.deny is not None else (frozenset(), None)
     entries, vocab, spent = [], {}, [0.0, 0.0]
     for name in fields:

@@ -13,5 +13,13 @@ __version__ = "0.1.0"
 #: counts-only release. Set before polars loads (this package is imported first); a value the
 #: user set wins.
 ALLOCATOR_ENV = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
+#: what polars writes there when it loads first and the user set nothing (it appends a
+#: user's value to it): too late for this process, but child processes still get ours
+#: (the benchmarks' release children peaked at 16 GB instead of 10 GB at 10^7 rows)
+POLARS_ALLOCATOR_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:-1"
 for _name, _value in ALLOCATOR_ENV.items():
-    os.environ.setdefault(_name, _value)
+    _current = os.environ.get(_name)
+    if _current is None:
+        os.environ[_name] = _value
+    elif _current == POLARS_ALLOCATOR_DEFAULT:
+        os.environ[_name] = f"{_current},{_value}"

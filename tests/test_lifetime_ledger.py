@@ -379,9 +379,14 @@ def test_opendp_identifier_is_the_person_id(keys, tmp_path, demo_schema):
     cfg = _cfg(tmp_path, keys[0])
     priv = pl.read_csv(DEMO_SAMPLE).to_dicts()[:20]
     rows = [{f.name: r[f.name] for f in demo_schema.fields} for r in priv]
+    rows[1]["patient_id"] = rows[0]["patient_id"]  # one person with two rows
     frame = derive_frame(rows, demo_schema, cfg, "patient_id").collect()
-    assert frame[UNIT_COL].dtype == pl.String
-    assert frame[UNIT_COL].to_list() == [str(r["patient_id"]) for r in rows]
+    assert frame[UNIT_COL].dtype == pl.UInt32
+    # a code per person, injective both ways: OpenDP's units are exactly the people
+    pairs = set(zip(frame[UNIT_COL].to_list(), [r["patient_id"] for r in rows], strict=True))
+    assert len(pairs) == len({c for c, _ in pairs}) == len({p for _, p in pairs})
+    assert frame[UNIT_COL][0] == frame[UNIT_COL][1]
+    assert len(pairs) == len(rows) - 1
 
 
 def test_invalid_rows_and_timings_go_to_the_enclave_log_only(tmp_path, keys, capfd):

@@ -322,3 +322,44 @@ def test_the_default_unit_is_the_person_when_the_schema_names_one(tmp_path, keys
     doc = run_release(cfg).doc
     assert doc["privacy_unit"]["unit"] == "person"
     assert "any one person" in doc["privacy_unit"]["protects"]
+
+
+@pytest.mark.parametrize("mode", ["marginals", "fixed"])
+def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
+        tmp_path, keys, monkeypatch, mode):
+    """The counts' Contexts scan a temporary file (`spooled_context`): it lies in a folder
+    only this user can open while the counts run, and nothing is left afterwards, also
+    when the release fails after the counts."""
+    import gc
+    import stat
+    import tempfile
+
+    import release.opendp_mechanisms as om
+    import release.pipeline as pipeline
+
+    spool_root = tmp_path / "tmp"
+    spool_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool_root))
+    seen: list[tuple[Path, int, int]] = []
+    made = om.spooled_context
+
+    def watched(priv_data, **compositor):
+        ctx = made(priv_data, **compositor)
+        (folder,) = spool_root.iterdir()
+        seen.append((folder, stat.S_IMODE(folder.stat().st_mode),
+                     pl.read_ipc(folder / "rows.arrow").height))
+        return ctx
+
+    monkeypatch.setattr(om, "spooled_context", watched)
+    monkeypatch.setattr(pipeline, "write_release", _boom)
+    priv, _, _ = keys
+    cfg = demo_config(tmp_path, priv, counts_mode=mode)
+    with pytest.raises(RuntimeError, match="boom"):
+        run_release(cfg)
+    gc.collect()
+    assert seen and all(m == 0o700 and n > 0 for _, m, n in seen)
+    assert list(spool_root.iterdir()) == []
+
+
+def _boom(*_args, **_kwargs):
+    raise RuntimeError("boom")
