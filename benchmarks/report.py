@@ -46,22 +46,21 @@ def _counts_summary(r: Result) -> str:
 
 
 def _selection_table(r: Result) -> str:
-    c, s = r["cost"], r["signal_mean_distance"]
-    return "\n\n".join([
-        _table(("batches", "candidates", "utilities (s)", "noisy max (s)", "round (s)",
-                "featurize all candidates (s, est.)"),
-               [(c["batches"], f"{c['candidates']:,}", _f(c["utilities_s"]),
-                 _f(c["noisy_max_s"]), _f(c["round_s"]),
-                 f"{c['featurize_m_candidates_s_est']:.0f}")]),
-        _table(("winners' mean distance to the private rows",
-                *(k if k == "random" else f"eps {k}" for k in s)),
-               [("", *(_f(v) for v in s.values()))])])
+    c = r["cost"]
+    return _table(("batches", "candidates", "utilities (s)", "noisy max (s)", "round (s)",
+                   "featurize all candidates (s, est.)"),
+                  [(c["batches"], f"{c['candidates']:,}", _f(c["utilities_s"]),
+                    _f(c["noisy_max_s"]), _f(c["round_s"]),
+                    f"{c['featurize_m_candidates_s_est']:.0f}")])
 
 
 def _selection_summary(r: Result) -> str:
     beat = "beat" if r.get("winners_at_inf_beat_random") else "do not beat"
+    distances = ", ".join(f"{k if k == 'random' else f'eps {k}'} {_f(v)}"
+                          for k, v in r["signal_mean_distance"].items())
     return (f"One selection round over {r['cost']['candidates']:,} candidates takes "
-            f"{r['cost']['round_s']:.2f} s; winners at eps = inf {beat} random candidates.")
+            f"{r['cost']['round_s']:.2f} s; winners at eps = inf {beat} random candidates "
+            f"(winners' mean distance to the private rows: {distances}).")
 
 
 def _decode_table(r: Result) -> str:
