@@ -367,8 +367,8 @@ def selection_neighbours(epsilon: float, calibrate_to: float | None = None,
     mode = get(cfg.mode)
     eps_run = float(calibrate_to if calibrate_to is not None else epsilon)
     # as the release: the mode's per-person rows, then the private features per class
-    privs = [_private_classes(mode.private_rows(data, schema, schema.id_field), schema, kernel,
-                              schema.id_field) for data in (rows, [*rows, *canary])]
+    privs = [_private_classes(mode.private_rows(pl.DataFrame(data), schema, schema.id_field),
+                              schema, kernel, schema.id_field) for data in (rows, [*rows, *canary])]
     feats = kernel.featurize(pool[:n_candidates])
     pools = {c: (feats, kernel.fit_scale(feats)) for c in schema.classes}  # fixed order
     measurement, _ = mode.round(cfg, kernel, pools, 1, cfg.round_epsilons(eps_run)[0])

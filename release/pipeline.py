@@ -41,7 +41,7 @@ from release.selection import (
     accounting,
     get,
     run_selection,
-    unit_id_of,
+    unit_ids,
 )
 from release.selection.candidates import CandidateSource, candidate_source
 from release.topics import assign_topics, build_codebook, public_topic_texts
@@ -171,10 +171,10 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         source.use_counts(released)  # LLM candidates take their fields from these counts
         t_selection = time.perf_counter()
         with con.status(f"selection ({sel.mode})") as status:
-            rows = get(sel.mode).private_rows(table.priv_rows, schema, person_field)
+            rows = get(sel.mode).private_rows(table.frame, schema, person_field)
             t_features = time.perf_counter()
             priv = _private_classes(rows, schema, kernel, person_field)
-            log.write(f"private features of {len(rows)} rows in "
+            log.write(f"private features of {rows.height} rows in "
                       f"{time.perf_counter() - t_features:.2f} s")
             del rows
             del table
@@ -351,16 +351,15 @@ def _codebooks(cfg: ReleaseConfig, schema: Schema, source: CandidateSource | Non
                                                            TOPIC_TEXTS_PER_CLASS).items()}
 
 
-def _private_classes(priv_rows: list[dict[str, Any]], schema: Schema, kernel: Kernel,
+def _private_classes(priv_rows: pl.DataFrame, schema: Schema, kernel: Kernel,
                      person_field: str | None) -> PrivateClasses:
-    """Private features per class, computed once and kept in memory only."""
-    by_class: dict[Any, list[dict[str, Any]]] = {c: [] for c in schema.classes}
-    for row in priv_rows:
-        by_class[row[schema.label]].append(row)
+    """Private features per class (``priv_rows``: a frame typed by the schema, read by
+    column), computed once and kept in memory only."""
+    by_class = {c: priv_rows.filter(pl.col(schema.label) == c) for c in schema.classes}
     return PrivateClasses(
         priv_features={c: kernel.featurize_private(rows)  # each row's from that row alone
-                       for c, rows in by_class.items() if rows},
-        priv_unit_ids={c: [unit_id_of(r, schema, person_field) for r in rows]
+                       for c, rows in by_class.items() if rows.height},
+        priv_unit_ids={c: unit_ids(rows, schema, person_field)
                        for c, rows in by_class.items()})
 
 

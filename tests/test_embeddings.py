@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from selpe_audit.errors import UserError
@@ -172,7 +173,7 @@ def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_sche
         embedder.private_view().clear_cache()
         kernel = Kernel(demo_schema, embedder, KernelConfig())
         early = kernel.featurize(cands[:4])  # the public cache is warm before private rows
-        priv = _private_classes(rows, demo_schema, kernel, "patient_id")
+        priv = _private_classes(pl.DataFrame(rows), demo_schema, kernel, "patient_id")
         late = kernel.featurize(cands)
         assert kernel.embedder.cache_size == len(  # the public cache: candidate texts only
             {t for r in cands for t in _texts(demo_schema, kernel, r)})

@@ -46,8 +46,7 @@ class ToyFirst:
     descriptor = TOY
     constructor = NOISY_MAX_CONSTRUCTOR
 
-    def private_rows(self, priv_rows: list[dict[str, Any]], schema: Schema,
-                     person_field: str | None) -> list[dict[str, Any]]:
+    def private_rows(self, priv_rows: Any, schema: Schema, person_field: str | None) -> Any:
         return priv_rows
 
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,

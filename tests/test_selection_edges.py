@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 from scipy import stats
 
@@ -70,13 +71,14 @@ def test_one_person_moves_one_class_only(demo_schema):
     rows = [{"patient_id": "A", "acuity": 2}, {"patient_id": "A", "acuity": 4},
             {"patient_id": "A", "acuity": 4}, {"patient_id": "B", "acuity": 5},
             {"patient_id": "C", "acuity": 3}, {"patient_id": "C", "acuity": 1}]
-    kept = one_class_per_unit(rows, demo_schema, "patient_id")
+    frame = pl.DataFrame(rows)
+    kept = one_class_per_unit(frame, demo_schema, "patient_id").to_dicts()
     assert kept == [rows[1], rows[2], rows[3], rows[5]]  # A: class 4; C: tie -> class 1
     by_person: dict = {}
     for r in kept:
         by_person.setdefault(r["patient_id"], set()).add(r["acuity"])
     assert all(len(c) == 1 for c in by_person.values())
-    assert one_class_per_unit(rows, demo_schema, None) == rows  # row units: unchanged
+    assert one_class_per_unit(frame, demo_schema, None).to_dicts() == rows  # row units
 
 
 # ----- issue 18 item 4: the round enforces its own sensitivity --------------------------------

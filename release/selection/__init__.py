@@ -23,10 +23,10 @@ from release.selection.types import (
     PrivateClasses,
     RoundOutput,
     SelectionRun,
-    unit_id_of,
+    unit_ids,
 )
 
 __all__ = ["Accounting", "CandidateSource", "LLMSource", "OneClassPerUnit", "PoolSource",
            "PrivateClasses",
            "RoundOutput", "SelectionMode", "SelectionRun", "get", "pe_histogram", "register",
-           "representatives", "run_selection", "selection_modes", "selpe", "unit_id_of"]
+           "representatives", "run_selection", "selection_modes", "selpe", "unit_ids"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 
 from release.config import SelectionConfig
 from release.ledger import LedgerEntry
@@ -79,8 +80,8 @@ class GaussianVotesMode:
     def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
         raise NotImplementedError
 
-    def private_rows(self, priv_rows: list[dict[str, Any]], schema: Schema,
-                     person_field: str | None) -> list[dict[str, Any]]:
+    def private_rows(self, priv_rows: pl.DataFrame, schema: Schema,
+                     person_field: str | None) -> pl.DataFrame:
         return priv_rows  # a person's rows are weighted, not cut
 
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+import polars as pl
+
 from release.config import SelectionConfig
 from release.ledger import LedgerEntry
 from release.selection.types import Pools, RoundOutput, SelectionRun
@@ -29,9 +31,10 @@ class SelectionMode(Protocol):
     #: the OpenDP constructor of one round, as the ledger and the accounting name it
     constructor: str
 
-    def private_rows(self, priv_rows: list[dict[str, Any]], schema: Schema,
-                     person_field: str | None) -> list[dict[str, Any]]:
-        """The rows the mode may read (e.g. selpe keeps one class per person)."""
+    def private_rows(self, priv_rows: pl.DataFrame, schema: Schema,
+                     person_field: str | None) -> pl.DataFrame:
+        """The rows the mode may read (e.g. selpe keeps one class per person), a frame typed
+        by the schema."""
         ...
 
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 
 from release.config import UTILITIES, SelectionConfig
 from release.ledger import LedgerEntry
@@ -138,8 +139,8 @@ def most_chosen(votes: list[int]) -> list[int]:
     return sorted(dict.fromkeys(votes), key=lambda i: -counts[i])
 
 
-def one_class_per_unit(rows: list[dict[str, Any]], schema: Schema,
-                       person_field: str | None) -> list[dict[str, Any]]:
+def one_class_per_unit(priv_rows: pl.DataFrame, schema: Schema,
+                       person_field: str | None) -> pl.DataFrame:
     """SelPE's stable per-person step: keep each person's rows of one class only.
 
     A person's rows fall in one batch per class (keyed hash of the person id); with rows in
@@ -148,13 +149,15 @@ def one_class_per_unit(rows: list[dict[str, Any]], schema: Schema,
     order) depends on that person's rows alone, so one person still moves one batch of one
     class: L-inf distance 1 per round. Row-level units already sit in one class."""
     if not person_field:
-        return rows
-    order = {c: i for i, c in enumerate(schema.classes)}
-    per_person: dict[Any, Counter] = {}
-    for r in rows:
-        per_person.setdefault(r[person_field], Counter())[r[schema.label]] += 1
-    keep = {p: min(c, key=lambda k: (-c[k], order[k])) for p, c in per_person.items()}
-    return [r for r in rows if r[schema.label] == keep[r[person_field]]]
+        return priv_rows
+    label = schema.label
+    order = pl.col(label).replace_strict(list(schema.classes), range(len(schema.classes)),
+                                         return_dtype=pl.UInt32)
+    keep = (priv_rows.group_by(person_field, label).len()
+            .sort([pl.col("len"), order], descending=[True, False])
+            .unique(person_field, keep="first", maintain_order=True)  # its class, most rows
+            .select(person_field, label))
+    return priv_rows.join(keep, on=[person_field, label], how="semi", maintain_order="left")
 
 
 class SelpeMode:
@@ -163,8 +166,8 @@ class SelpeMode:
     descriptor: ModeDescriptor = SELPE
     constructor = NOISY_MAX_CONSTRUCTOR
 
-    def private_rows(self, priv_rows: list[dict[str, Any]], schema: Schema,
-                     person_field: str | None) -> list[dict[str, Any]]:
+    def private_rows(self, priv_rows: pl.DataFrame, schema: Schema,
+                     person_field: str | None) -> pl.DataFrame:
         return one_class_per_unit(priv_rows, schema, person_field)
 
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,

@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import polars as pl
+
 from selpe_audit.kernel.distance import Features, NumericScale
 from selpe_audit.schema import Schema
 
@@ -120,10 +122,12 @@ class SelectionRun:
     accounting: Accounting
 
 
-def unit_id_of(row: dict[str, Any], schema: Schema, person_field: str | None) -> str:
-    """The privacy unit's id: the person id, or (row unit) the row's own content - never its
-    position, which would depend on other rows."""
+def unit_ids(priv_rows: pl.DataFrame, schema: Schema, person_field: str | None) -> list[str]:
+    """Each row's privacy unit id: the person id, or (row unit) the row's own content - never
+    its position, which would depend on other rows."""
     if person_field:
-        return str(row[person_field])
-    return json.dumps({f.name: row[f.name] for f in schema.record_fields}, sort_keys=True)
+        return [str(v) for v in priv_rows[person_field].to_list()]
+    fields = [f.name for f in schema.record_fields]
+    return [json.dumps(r, sort_keys=True)
+            for r in priv_rows.select(fields).iter_rows(named=True)]
 

@@ -37,8 +37,22 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import polars as pl
 
 from selpe_audit.schema import Schema
+
+#: records as the kernel reads them: dicts (candidates), or a frame typed by the schema (the
+#: release's private rows, read by column; no dict per row)
+Records = Sequence[Mapping[str, Any]] | pl.DataFrame
+
+
+def _column(records: Records, name: str) -> list[Any]:
+    """One field's values in record order (KeyError if the records lack it)."""
+    if isinstance(records, pl.DataFrame):
+        if name not in records.columns:
+            raise KeyError(name)
+        return records[name].to_list()
+    return [r[name] for r in records]
 
 GLOBAL = "global"
 FIELD_PREFIX = "field:"
@@ -327,7 +341,7 @@ class Kernel:
         batched encoder call. Private rows go through `featurize_private`."""
         return self._featurize(records, self.embedder)
 
-    def featurize_private(self, priv_records: Sequence[Mapping[str, Any]]) -> Features:
+    def featurize_private(self, priv_records: Records) -> Features:
         """Every channel of private rows, each row's features a function of that row alone:
         texts are encoded by the embedder's private view (each vector from its text alone;
         its own cache, never the candidates'). Private out."""
@@ -335,14 +349,14 @@ class Kernel:
         encoder = view() if view is not None else _OneAtATime(self.embedder)
         return self._featurize(priv_records, encoder)
 
-    def _featurize(self, records: Sequence[Mapping[str, Any]],
-                   encoder: TextEncoder | None) -> Features:
+    def _featurize(self, records: Records, encoder: TextEncoder | None) -> Features:
         n = len(records)
         numeric: dict[str, np.ndarray] = {}
         for ch in self.numeric_channels:
             name = ch[len(NUM_PREFIX):]
             try:
-                numeric[ch] = np.array([float(r[name]) for r in records], dtype=np.float64)
+                numeric[ch] = np.array([float(v) for v in _column(records, name)],
+                                       dtype=np.float64)
             except KeyError:
                 raise ValueError(f"a record lacks the field '{name}'") from None
             except (TypeError, ValueError):  # the message would quote the value: drop it
@@ -360,8 +374,7 @@ class Kernel:
                     semantic[ch] = vecs[ch[len(FIELD_PREFIX):]]
         return Features(n=n, semantic=semantic, numeric=numeric)
 
-    def _field_vectors(self, records: Sequence[Mapping[str, Any]],
-                       encoder: TextEncoder) -> dict[str, np.ndarray]:
+    def _field_vectors(self, records: Records, encoder: TextEncoder) -> dict[str, np.ndarray]:
         """The vector of l(c, v) for every record and every field a semantic channel needs
         (all fields but the label for ``global``, the label where it is the only field):
         each distinct value of a field is lexicalised and encoded once, in one encoder call
@@ -374,7 +387,8 @@ class Kernel:
         for name in names:
             where: dict[tuple[type, Any], int] = {}  # (type, value): 1 and 1.0 print apart
             try:
-                idx = [where.setdefault((type(r[name]), r[name]), len(where)) for r in records]
+                idx = [where.setdefault((type(v), v), len(where))
+                       for v in _column(records, name)]
                 distinct = [v for _, v in where]
                 first = len(texts)
                 texts.extend(self.schema.lexicalize(name, v) for v in distinct)
