@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint install bench wheelhouse doctor
+.PHONY: demo test test-fast lint install bench wheelhouse doctor base-image image image-decode \
+	image-test
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh scripts/install-llama.sh
 	VENV=$(VENV) scripts/install.sh
@@ -40,3 +41,18 @@ bench: $(VENV)/.installed
 WHEELHOUSE ?= wheelhouse
 wheelhouse:
 	scripts/wheelhouse.sh $(WHEELHOUSE)
+
+# Images, built here with podman from a Debian base made from Debian's packages, every package
+# from the wheelhouse, no network in the build (docs/deployment.md; root). image-test runs the
+# release image's work inside it with no network and searches its layers for keys and canaries.
+base-image:
+	scripts/base-image.sh
+
+image:
+	scripts/image.sh release
+
+image-decode:
+	scripts/image.sh decode-cpu
+
+image-test:
+	scripts/image-test.sh

@@ -100,6 +100,11 @@ def _selection_signal(quick: bool) -> dict[str, Any]:
     return selection_signal.run(quick)
 
 
+def _images(quick: bool) -> dict[str, Any]:
+    from benchmarks import images
+    return images.run(quick)
+
+
 def _text_vocabulary(quick: bool) -> dict[str, Any]:
     from benchmarks import text_vocabulary
     return text_vocabulary.run(quick)
@@ -133,6 +138,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
     "database": ("python -m benchmarks.database", _database),
     "audits": ("python -m benchmarks.audits", _audits),
+    "images": ("python -m benchmarks.images", _images),
 }
 
 

@@ -151,7 +151,8 @@ def _signal_at(r: Result, epsilon: float) -> dict[tuple[int, int, str], Result]:
 
 
 def _selection_signal_table(r: Result) -> str:
-    """The demo at selection eps 2 (the whole grid, Adult too, is the result's own table)."""
+    """The demo at selection eps 2 (the whole grid, Adult too, is the result's own table;
+    the grid over quotas is its ``quota_table``, in RESULTS.json)."""
     at = _signal_at(r, 2.0) or _signal_at(r, r["cells"][0]["epsilon"])
     eps = next(iter(at.values()))["epsilon"]
 
@@ -166,18 +167,7 @@ def _selection_signal_table(r: Result) -> str:
         "(gap share of eps inf's in brackets); winners = the round's most chosen, picks = "
         "each batch's noisy max:",
         _table(("T", "b", "random", "winners eps inf", "raw winners", "minmax winners",
-                "minmax picks"), rows),
-        *([f"More winners per class (m_T = ceil(T q)), demo, selection eps {eps:g}, minmax:"
-           "\n\n" + _quota_table([c for c in r["quotas"] if c["epsilon"] == eps])]
-          if r.get("quotas") else [])])
-
-
-def _quota_table(cells: Sequence[Result]) -> str:
-    return _table(("T", "q", "b", "winners per class", "random", "winners eps inf",
-                   "winners (gap share)"),
-                  [(c["T"], c["q"], c["b"], c["winners_per_class"], _f(c["random"]),
-                    _f(c["winners_inf"]), f"{_f(c['winners'])} ({_f(c['share_winners'], 2)})")
-                   for c in cells])
+                "minmax picks"), rows)])
 
 
 def _selection_signal_summary(r: Result) -> str:

@@ -72,6 +72,10 @@ PY
 }
 
 start=$SECONDS
+# Wheels built here carry this time, not the clock's: the same sources give the same bytes, so a
+# rerun leaves the folder unchanged (and an image build's layer cache valid).
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}
+export SOURCE_DATE_EPOCH
 echo "wheelhouse: $DIR (python: $("$PYTHON" -c 'import sys; print(sys.version.split()[0])'))"
 
 # 1. pip, and the build backend the project's pyproject.toml asks for (offline source builds).
@@ -130,13 +134,15 @@ torch_source=()
 
 # 4. What was collected, for the enclave to check before installing (install.sh does).
 "$PYTHON" - "$DIR" "$llama_pin" "$LLAMA_BUILD" "$TORCH_VERSION" >"$DIR/BUILD-INFO" <<'PY'
+import os
 import platform
 import sys
 import sysconfig
 from datetime import UTC, datetime
 
 d, llama, mode, torch = sys.argv[1:]
-print(f"built: {datetime.now(UTC).isoformat(timespec='seconds')}")
+sources = datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]), UTC)
+print(f"sources of: {sources.isoformat(timespec='seconds')} (wheels carry this time)")
 print(f"python: {platform.python_version()} ({sysconfig.get_platform()})")
 print(f"libc: {' '.join(platform.libc_ver())}")
 print(f"torch: {torch}")

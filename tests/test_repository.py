@@ -40,3 +40,21 @@ def test_the_once_committed_key_is_never_trusted(tmp_path):
     path.write_text(ONCE_COMMITTED)
     with pytest.raises(UserError, match="compromised"):
         load_public_key(path)
+
+
+def test_every_data_file_of_a_package_goes_into_the_wheel():
+    """A non-editable install (the images, the wheelhouse) carries only what package-data
+    names: `selpe-audit demo` died in the image when the demo's TOML was left out."""
+    import fnmatch
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = meta["tool"]["setuptools"]["package-data"]
+    tracked = subprocess.run(["git", "ls-files", "selpe_audit", "release", "decode", "audits"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    data = [p for p in tracked if not p.endswith(".py")]
+    assert data, "no data files found: is this a git checkout?"
+    for path in data:
+        package, _, rest = path.partition("/")
+        assert any(fnmatch.fnmatch(rest, pat) for pat in patterns.get(package, [])), (
+            f"{path} is not in [tool.setuptools.package-data] {package}")

@@ -1,6 +1,7 @@
 """The container recipe and the offline wheelhouse (issue #9).
 
-No container engine runs here or in CI, so the Containerfile is checked by reading it: each
+No container engine runs in CI, so the Containerfile is checked by reading it (`make image`
+and `make image-test` build and run the images with podman where root may: see the README): each
 target's chain of stages (its base stages and ``COPY --from`` sources) must install through
 scripts/install.sh, and the images must keep the promises docs/deployment.md makes (non-root,
 offline, volumes, CUDA for decode). The slow test runs the offline path for real: it builds a
@@ -27,6 +28,8 @@ CONTAINERFILE = ROOT / "Containerfile"
 INSTALL = ROOT / "scripts" / "install.sh"
 INSTALL_LLAMA = ROOT / "scripts" / "install-llama.sh"
 WHEELHOUSE_SH = ROOT / "scripts" / "wheelhouse.sh"
+IMAGE_SCRIPTS = [ROOT / "scripts" / n for n in ("base-image.sh", "image.sh", "image-test.sh")]
+BASE_IMAGE = "localhost/selpe-audit-base:bookworm"
 
 
 # ----- a small Containerfile reader ---------------------------------------------------------
@@ -96,8 +99,8 @@ def parse(text: str, build_args: dict[str, str] | None = None) -> dict[str, Stag
         if keyword == "ARG":
             name, _, default = rest.partition("=")
             default = default.strip().strip('"')
-            if stage is None:
-                global_args[name] = (build_args or {}).get(name, default)
+            if stage is None:  # a default may use the ARGs declared before it
+                global_args[name] = (build_args or {}).get(name, expand(default, global_args))
             else:
                 stage.args[name] = (build_args or {}).get(name, global_args.get(name, default))
         elif keyword == "FROM":
@@ -158,7 +161,7 @@ def test_both_targets_exist_and_install_with_the_one_script(stages):
 def test_release_image_is_cpu_offline_nonroot_with_volumes(stages):
     release_chain = chain(stages, "release")
     release = release_chain[-1]
-    assert release.base == "python:3.11-slim-bookworm"
+    assert release.base == BASE_IMAGE  # scripts/base-image.sh: no registry needed
     assert all("GPU=0" in r or "GPU=" not in r for r in install_runs(release_chain))
     users = release.get("USER")
     assert users, "the release image runs as root"
@@ -197,10 +200,46 @@ def test_decode_image_builds_llama_cpp_with_cuda(stages):
     # GPU=1 is how install-llama.sh turns on llama.cpp's CUDA backend.
     script = INSTALL_LLAMA.read_text(encoding="utf-8")
     assert re.search(r'\[ "\$GPU" = "1" \] && cmake="\$cmake -DGGML_CUDA=on', script)
-    assert decode.env().get("SELPE_AUDIT_GPU_LAYERS") == "-1"
+    assert expand(decode.env()["SELPE_AUDIT_GPU_LAYERS"], decode.args) == "-1"
     users = decode.get("USER")
     assert users and users[-1].split(":")[0] not in {"root", "0"}
     assert "selpe-audit" in decode.get("ENTRYPOINT")[-1]
+
+
+def test_cpu_decode_image_is_the_release_build_plus_ray_from_the_local_base(text):
+    """make image-decode's arguments: no CUDA stage, the release build plus the cluster extra,
+    every layer on the CPU by default, the same non-root user."""
+    args = {"DECODE": "cpu", "DECODE_BASE": BASE_IMAGE, "DECODE_GPU_LAYERS": "0",
+            "WHEELS": "offline"}
+    stages = parse(text, args)
+    decode_chain = chain(stages, "decode")
+    decode = decode_chain[-1]
+    assert decode.base == BASE_IMAGE
+    assert not any(s.base.startswith("nvidia/") for s in decode_chain)
+    assert "release-build-offline" in {s.name for s in decode_chain}
+    runs = install_runs(decode_chain)
+    assert any("EXTRAS=cluster" in r and "GPU=0" in r for r in runs)
+    assert not any("GPU=1" in r for r in runs)
+    assert expand(decode.env()["SELPE_AUDIT_GPU_LAYERS"], decode.args) == "0"
+    script = (ROOT / "scripts" / "image.sh").read_text(encoding="utf-8")
+    for name in args:
+        assert f"--build-arg {name}=" in script, name
+
+
+def test_the_release_image_fixes_its_ledger_and_holds_no_key(stages):
+    """One lifetime ledger per installation, which no flag can move (the image test runs a
+    release that names another folder and checks it is refused); nothing copied from keys/."""
+    release_chain = chain(stages, "release")
+    env = release_chain[-1].env()
+    assert env["SELPE_AUDIT_LEDGER"] == "/ledger" and env["SELPE_AUDIT_LEDGER_FIXED"] == "1"
+    for stage in release_chain:
+        for rest in stage.get("COPY"):
+            assert not re.search(r"(^|\s)(\.|keys|out)(/|\s|$)", rest), rest
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
+    assert {"keys", "out", ".git", "**/*.pem"} <= set(ignored)
+    test = (ROOT / "scripts" / "image-test.sh").read_text(encoding="utf-8")
+    assert "--lifetime-ledger /tmp/image-test/fresh-ledger" in test
+    assert "fixes the lifetime ledger folder" in test
 
 
 def test_images_copy_every_package_and_files_that_exist(stages):
@@ -231,7 +270,7 @@ def test_extra_model_arguments_expand_as_documented():
 
 
 def test_scripts_are_strict_bash():
-    for script in (INSTALL, INSTALL_LLAMA, WHEELHOUSE_SH):
+    for script in (INSTALL, INSTALL_LLAMA, WHEELHOUSE_SH, *IMAGE_SCRIPTS):
         body = script.read_text(encoding="utf-8")
         assert body.startswith("#!/usr/bin/env bash\n")
         assert "\nset -euo pipefail\n" in body

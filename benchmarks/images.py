@@ -1,0 +1,188 @@
+"""The images, built and used here: build times, sizes, decode speed inside (issue 36).
+
+    python -m benchmarks.images [--quick] [--json FILE]
+
+Needs root, podman and debootstrap (Debian's packages); without them the result says it was
+skipped. Timed, in this order:
+
+- the base (`scripts/base-image.sh`: Debian bookworm from Debian's packages, imported);
+- the wheelhouse (`scripts/wheelhouse.sh`, portable llama.cpp; a rerun builds nothing new);
+- the release image and the CPU decode image, every layer rebuilt (`scripts/image.sh` with
+  ``NO_CACHE=1``), with no network in the build;
+- the release image's test (`scripts/image-test.sh`: doctor, the demo, a canary release,
+  the ledger refusal, signatures checked with OpenSSL, layers searched for keys and canaries);
+- inside the CPU decode image, with no network, decodes of one counts-only demo artifact by
+  the model decoder and the hybrid LLM decoder (the bundled 270M model), records/s, next to
+  the same decodes in this checkout's venv (the ratio shows what the image costs).
+
+``--quick``: builds from the layer cache, 2,000 model records and 4 LLM records (the default:
+20,000 and 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+DECODE_IMAGE = "localhost/selpe-audit:decode-cpu"
+#: run inside the decode image: each decode of the artifact timed, one JSON line each
+_TIMED_DECODES = """
+import json, subprocess, sys, time
+for decoder, n in json.loads(sys.argv[1]):
+    t = time.perf_counter()
+    subprocess.run(["selpe-audit", "decode", "/bench/artifact", "--release-key",
+                    "/bench/release.pub.pem", "--decoder", decoder, "--n", str(n),
+                    "--out", f"/tmp/bench/{decoder}.parquet"], check=True,
+                   stdout=subprocess.DEVNULL)
+    print(json.dumps({"decoder": decoder, "n": n, "seconds": time.perf_counter() - t}))
+"""
+
+
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, **(env or {})})
+    if r.returncode != 0:
+        tail = " / ".join(line for line in (r.stdout + r.stderr).splitlines()[-4:])
+        raise RuntimeError(f"{' '.join(cmd)} failed: {tail}")
+    return round(time.perf_counter() - t0, 1)
+
+
+def _size(image: str) -> int:
+    return int(subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", image],
+                              capture_output=True, text=True, check=True).stdout)
+
+
+def _artifact(folder: Path) -> tuple[Path, Path]:
+    """A counts-only release of the demo sample (the demo's config; public pool not needed)."""
+    from benchmarks.counts_modes import _demo_config, demo_settings, release_child
+    from selpe_audit.artifact.signing import generate_keypair
+    from selpe_audit.demo.command import DATA
+
+    key, pub, _ = generate_keypair(folder / "release.pem")
+    settings = {**demo_settings(DATA, folder, key, "fixed", "images", None), "topics": 0}
+    release_child(settings, _demo_config())
+    return Path(settings["out"]), pub
+
+
+def _decodes_in_image(artifact: Path, pub: Path, plan: list[tuple[str, int]],
+                      folder: Path) -> list[dict[str, Any]]:
+    ctx = folder / "decode-context"
+    shutil.copytree(artifact, ctx / "artifact")
+    shutil.copy(pub, ctx / "release.pub.pem")
+    (ctx / "timed.py").write_text(_TIMED_DECODES)
+    (ctx / "Containerfile").write_text(
+        f"FROM {DECODE_IMAGE}\nCOPY . /bench/\nRUN mkdir -p /tmp/bench && "
+        f"python /bench/timed.py '{json.dumps(plan)}' > /tmp/bench/timings.jsonl\n")
+    tag = "localhost/selpe-audit:bench-decode"
+    try:
+        _timed(["unshare", "--net", "podman", "build", "--isolation=chroot", "--no-cache",
+                "--tag", tag, str(ctx)])
+        subprocess.run(["podman", "create", "--name", "selpe-audit-bench", tag], check=True,
+                       capture_output=True)
+        subprocess.run(["podman", "cp", "selpe-audit-bench:/tmp/bench/timings.jsonl",
+                        str(folder / "timings.jsonl")], check=True, capture_output=True)
+    finally:
+        subprocess.run(["podman", "rm", "-f", "selpe-audit-bench"], capture_output=True)
+        subprocess.run(["podman", "rmi", "-f", tag], capture_output=True)
+    return [json.loads(line) for line in (folder / "timings.jsonl").read_text().splitlines()]
+
+
+def _decodes_here(artifact: Path, pub: Path, plan: list[tuple[str, int]],
+                  folder: Path) -> list[dict[str, Any]]:
+    out = []
+    for decoder, n in plan:
+        seconds = _timed([str(Path(sys.executable).with_name("selpe-audit")), "decode",
+                          str(artifact), "--release-key", str(pub), "--decoder", decoder,
+                          "--n", str(n), "--out", str(folder / f"here-{decoder}.parquet")])
+        out.append({"decoder": decoder, "n": n, "seconds": seconds})
+    return out
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    missing = [t for t in ("podman", "debootstrap", "unshare") if shutil.which(t) is None]
+    if missing or os.geteuid() != 0:
+        why = f"needs root and {', '.join(missing)}" if missing else "needs root"
+        return {"skipped": why + " (apt-get install podman debootstrap)"}
+    cache = {} if quick else {"NO_CACHE": "1"}
+    out: dict[str, Any] = {"quick": quick, "steps": {}}
+    steps = out["steps"]
+    if not quick:
+        steps["base image"] = _timed(["scripts/base-image.sh"])
+    steps["wheelhouse"] = _timed(["scripts/wheelhouse.sh", "wheelhouse"],
+                                 {"LLAMA_BUILD": "portable"})
+    steps["release image"] = _timed(["scripts/image.sh", "release"], cache)
+    steps["image test"] = _timed(["scripts/image-test.sh"])
+    steps["decode image (CPU)"] = _timed(["scripts/image.sh", "decode-cpu"], cache)
+    out["bytes"] = {"base image": _size("localhost/selpe-audit-base:bookworm"),
+                    "release image": _size("localhost/selpe-audit:release"),
+                    "decode image (CPU)": _size(DECODE_IMAGE),
+                    "wheelhouse": sum(f.stat().st_size for f in (ROOT / "wheelhouse").iterdir()
+                                      if f.is_file())}
+    plan = [("model", 2_000 if quick else 20_000), ("llm", 4 if quick else 16)]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        artifact, pub = _artifact(folder)
+        out["decode"] = {"image": _decodes_in_image(artifact, pub, plan, folder),
+                         "venv": _decodes_here(artifact, pub, plan, folder)}
+    out["table"] = table(out)
+    out["summary"] = summary(out)
+    return out
+
+
+def _rates(r: dict[str, Any]) -> dict[str, dict[str, float]]:
+    return {where: {d["decoder"]: d["n"] / d["seconds"] for d in runs}
+            for where, runs in r["decode"].items()}
+
+
+def table(r: dict[str, Any]) -> str:
+    rates = _rates(r)
+    lines = ["| step | seconds | size |", "|---|---|---|"]
+    for step, seconds in r["steps"].items():
+        size = r["bytes"].get(step)
+        lines.append(f"| {step} | {seconds:.0f} | "
+                     + (f"{size / 2**30:.2f} GiB" if size else "") + " |")
+    for d in ("model", "llm"):
+        lines.append(f"| decode {d}, records/s in the image / venv | "
+                     f"{rates['image'][d]:,.1f} / {rates['venv'][d]:,.1f} | |")
+    return "\n".join(lines)
+
+
+def summary(r: dict[str, Any]) -> str:
+    rates, b, s = _rates(r), r["bytes"], r["steps"]
+    return (f"Release image {b['release image'] / 2**30:.2f} GiB built in "
+            f"{s['release image']:.0f} s with no network and tested in {s['image test']:.0f} s "
+            f"(no key or canary in its layers); CPU decode image "
+            f"{b['decode image (CPU)'] / 2**30:.2f} GiB: model decoder "
+            f"{rates['image']['model']:,.0f} records/s, LLM "
+            f"{rates['image']['llm']:.2f} records/s inside "
+            f"({rates['image']['llm'] / rates['venv']['llm']:.2f}x the venv's).")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.images", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="cached builds, fewer records")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args()
+    result = run(args.quick)
+    print(result.get("table") or result)
+    print(result.get("summary", ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
