@@ -453,10 +453,11 @@ def phrase_neighbours(epsilon: float, delta: float = DEFAULT_DELTA,
     invoked per run) at ``calibrate_to`` (default: the claim), row unit, on D (``n_units``
     rows write the audited text, as many write texts of their own) and D' = D + one canary
     row writing it. Phrases: the text is one phrase, one term per unit. Keywords: the text
-    holds two keywords and each unit counts for 2 (the release's default), so the canary
-    moves two counts. The output is the sum of the audited terms' released noisy counts (0
-    for a term under the threshold: far above it here, so the audit sees the counts' noise);
-    the test is a threshold; eps_LB uses the claimed delta (the threshold's share)."""
+    holds two keywords and each unit counts for 2 (above the default 1: the harder case),
+    so the canary moves two counts. The output is the sum of the audited terms' released
+    noisy counts (0 for a term under the threshold: far above it here, so the audit sees
+    the counts' noise); the test is a threshold; eps_LB uses the claimed delta (the
+    threshold's share)."""
     eps_cal = calibrate_to if calibrate_to is not None else epsilon
     text, audited, per_unit = (PHRASE, [PHRASE], 1) if kind == "phrases" else \
         (KEYWORD_TEXT, KEYWORDS, len(KEYWORDS))

@@ -37,6 +37,7 @@ Example (``examples/release.toml``)::
                            # workload of the label's 2-way marginals, Gaussian, zCDP), "aim",
                            # "mst" (OpenDP's adaptive contingency tables); see COUNTS_MODES
     class_share = 0.25     # share of the histogram/marginal budget for the class balance
+    topic_share = 0.3      # fixed: share of the marginals' rho for the free-text topics x class
     topics = 8             # topic anchors per free-text field (model modes; 0: off); left
                            # out: 8 when a public pool is set ([selection] candidates), else
                            # 0 (set it to build the codebook from LLM candidates instead)
@@ -44,8 +45,8 @@ Example (``examples/release.toml``)::
                            # no topic codebook (release.phrases: OpenDP partition selection)
     phrase_share = 0.2     # share of the counts' epsilon (and half their delta) it spends
     phrases_per_unit = 1   # phrases one person may count for (person unit)
-    keywords_per_unit = 2  # keywords (words, then word pairs) one unit counts for (long text)
-    keyword_slots = 3      # a long text's topics: its first 3 released keywords (model columns)
+    keywords_per_unit = 1  # keywords (words, then word pairs) one unit counts for (long text)
+    keyword_slots = 1      # a long text's topics: its first released keywords (model columns)
     max_phrases = 64       # at most this many released phrases per field, largest first
     # deny = "phrases-deny.txt"  # a reviewer's rejected phrases/keywords, one per line: never
                            # released (its SHA-256 and size, not its lines, go in the artifact)
@@ -214,12 +215,13 @@ class CountsConfig:
 
     mode: str = DEFAULT_COUNTS_MODE
     class_share: float = 0.25
+    topic_share: float = 0.3
     topics: int | None = None  # None: DEFAULT_TOPICS with a public pool, else off
     phrases: bool = True
     phrase_share: float = 0.2
     phrases_per_unit: int = 1
-    keywords_per_unit: int = 2
-    keyword_slots: int = 3
+    keywords_per_unit: int = 1
+    keyword_slots: int = 1
     max_phrases: int = 64
     deny: Path | None = None
     aim_rounds: int = 8
@@ -233,8 +235,9 @@ class CountsConfig:
         if self.mode not in COUNTS_MODES:
             raise UserError(f"config: counts.mode must be one of {', '.join(COUNTS_MODES)} "
                             f"(got '{self.mode}')")
-        if not 0 < self.class_share < 1:
-            raise UserError("config: counts.class_share must be a share in (0, 1)")
+        if not 0 < self.class_share < 1 or not 0 < self.topic_share < 1 - self.class_share:
+            raise UserError("config: counts.class_share must be a share in (0, 1), and "
+                            "counts.topic_share above 0 and below 1 - class_share")
         if (self.topics is not None and (self.topics < 0 or self.topics == 1)) \
                 or self.aim_rounds < 1:
             raise UserError("config: counts.topics must be 0 (off) or >= 2, and "
@@ -506,7 +509,8 @@ _SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         ("selection", "selection_share"), ("lifetime_epsilon", "lifetime_epsilon"),
         ("lifetime_delta", "lifetime_delta"), ("lifetime_ledger", "lifetime_ledger"))},
     "privacy_unit": {k: ("privacy_unit", k) for k in ("unit", "id_field", "max_contributions")},
-    "counts": {k: ("counts", k) for k in ("mode", "class_share", "topics", "phrases",
+    "counts": {k: ("counts", k) for k in ("mode", "class_share", "topic_share", "topics",
+                                          "phrases",
                                           "phrase_share", "phrases_per_unit", "keywords_per_unit",
                                           "keyword_slots", "max_phrases", "deny",
                                           "aim_rounds", "gamma", "alpha", "n_min")},

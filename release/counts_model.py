@@ -101,14 +101,28 @@ def model_columns(schema: Schema, topics: dict[str, int],
     return cols
 
 
-def fixed_workload(cols: list[ModelColumn], class_share: float) -> list[dp.mbi.Count]:
-    """The class balance, weighted to get ``class_share`` of the rho, and the class's 2-way
-    marginal with every other column (Fixed gives query i the scale ``scale / weight_i``,
-    so its rho is proportional to weight_i squared)."""
+def fixed_workload(cols: list[ModelColumn], class_share: float,
+                   topic_share: float) -> list[dp.mbi.Count]:
+    """The class balance and the class's 2-way marginal with every other column, weighted
+    so that the class balance gets ``class_share`` of the rho and the free-text topics
+    together ``topic_share`` (split evenly; without topics it goes to the fields), the
+    fields the rest, evenly (Fixed gives query i the scale ``scale / weight_i``, so its rho
+    is proportional to weight_i squared). A topic x class table has many cells, and the
+    text's label signal lives in it alone: an even split would leave it mostly noise."""
     label, others = cols[0].frame_col, cols[1:]
-    w_class = math.sqrt(class_share * max(len(others), 1) / (1 - class_share))
-    return [dp.mbi.Count((label,), weight=w_class),
-            *(dp.mbi.Count((label, c.frame_col)) for c in others)]
+    if not others:
+        return [dp.mbi.Count((label,))]
+    groups = {kind: [c for c in others if (c.kind == "topic") == (kind == "topics")]
+              for kind in ("topics", "fields")}
+    share = {"topics": topic_share, "fields": 1 - class_share - topic_share}
+    if not groups["topics"] or not groups["fields"]:  # one kind: all but the class's share
+        share = dict.fromkeys(share, 1 - class_share)
+    rho = {c.frame_col: share[kind] / len(cols_) for kind, cols_ in groups.items()
+           for c in cols_}  # each query's share of the table's rho
+    unit = min(rho.values())
+    return [dp.mbi.Count((label,), weight=math.sqrt(class_share / unit)),
+            *(dp.mbi.Count((label, c.frame_col), weight=math.sqrt(rho[c.frame_col] / unit))
+              for c in others)]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -159,7 +173,7 @@ class CalibratedFixed(dp.mbi.Fixed):
 def algorithm(mode: str, cols: list[ModelColumn], cfg: ReleaseConfig) -> dp.mbi.Algorithm:
     """The mode's OpenDP algorithm. AIM gets the label-weighted Fixed workload as its
     candidates, and a bound on rounds so that it finishes in minutes."""
-    workload = fixed_workload(cols, cfg.counts.class_share)
+    workload = fixed_workload(cols, cfg.counts.class_share, cfg.counts.topic_share)
     if mode == "fixed":
         return CalibratedFixed(queries=workload)
     if mode == "aim":

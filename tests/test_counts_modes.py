@@ -154,3 +154,31 @@ def test_topics_from_a_public_pool_and_no_canary_anywhere(tmp_path, keys):
         if path.is_file():
             data = path.read_bytes()
             assert CANARY_ID.encode() not in data and b"okapi-narwhal" not in data, path
+
+
+def _cols(fields: int, topics: int) -> list:
+    from release.counts_model import ModelColumn
+
+    return [ModelColumn("label", "label", "class", "label", ("a", "b")),
+            *(ModelColumn(f"f{i}", f"f{i}", "categories", f"f{i}", ("x",)) for i in range(fields)),
+            *(ModelColumn(f"topic:t#{i}", "t", "topic", f"t{i}", ("p",)) for i in range(topics))]
+
+
+@pytest.mark.parametrize(("fields", "topics"), [(9, 1), (9, 3), (0, 2), (4, 0)])
+def test_fixed_gives_the_class_and_the_text_topics_their_shares_of_the_rho(fields, topics):
+    """Fixed's query i gets rho in proportion to weight_i squared: the class balance gets
+    class_share, the topics x class tables topic_share together (evenly), the fields the
+    rest evenly; with one kind of column only, it gets all but the class's share."""
+    from release.counts_model import fixed_workload
+
+    queries = fixed_workload(_cols(fields, topics), class_share=0.25, topic_share=0.4)
+    rho = np.array([q.weight ** 2 for q in queries])
+    rho /= rho.sum()
+    kinds = ["class", *["field"] * fields, *["topic"] * topics]
+    share = {k: rho[[i for i, x in enumerate(kinds) if x == k]] for k in set(kinds)}
+    assert share["class"].sum() == pytest.approx(0.25)
+    expected = {"topic": 0.4, "field": 0.35} if fields and topics else \
+        {"topic" if topics else "field": 0.75}
+    for k, total in expected.items():
+        assert share[k].sum() == pytest.approx(total)
+        assert np.ptp(share[k]) == pytest.approx(0, abs=1e-12)

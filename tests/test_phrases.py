@@ -129,7 +129,8 @@ def _phrase_release(tmp: Path, key: Path) -> dict:
     base = load_config(ROOT / "examples" / "release.toml", {
         "release_key": key, "out": tmp / "out", "lifetime_ledger": tmp / "ledger",
         "schema": demo_schema_path(), "enclave_log": tmp / "enclave.log"})
-    cfg = with_settings(base, data=data, counts_mode="fixed", cohorts=(), rates=())
+    cfg = with_settings(base, data=data, counts_mode="fixed", cohorts=(), rates=(),
+                        keyword_slots=3)  # the several-slot path (the default is 1)
     return {"cfg": cfg, "doc": run_release(cfg).doc}
 
 
