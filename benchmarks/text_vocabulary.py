@@ -28,8 +28,10 @@ members; Adult: the model decoder) and, on one demo release, by the hybrid ``llm
   threshold explains and how much the noisy topic x label counts do;
 - the vocabulary's size and coverage (share of member texts whose first topic is not
   "other" - a benchmark-only look at private data), the release's seconds, the share of
-  synthetic texts that are released terms, distinct share, and exact copies of a member
-  text that is not a released term (must be 0).
+  synthetic texts that are released terms, distinct share, exact copies of a member text
+  that is not a released term, and near-copies (character n-gram cosine at least 0.9,
+  `audits.text_quality.near_copies`) of a member text that are near no released term
+  (both must be 0).
 
 Reported: mean and range over the releases (demo 5, reviews 3, demo 20k and adult 1).
 ``--quick``: demo only, 1,500 / 600 rows, one release, no LLM.
@@ -109,7 +111,7 @@ def _score(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
            doc: dict | None, seed: int) -> dict[str, Any]:
     """What one decoded set gives (see module); real-sample numbers for the same size. A
     peer's records (``doc`` None) have no text: record TSTR only."""
-    from audits.text_quality import text_tstr
+    from audits.text_quality import NEAR_COPY_THRESHOLD, near_copies, text_tstr
     from audits.utility import evaluate_record_text, real_sample_like
     from release.phrases import terms
 
@@ -149,6 +151,9 @@ def _score(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
                                    for t in syn_texts) / len(syn_texts),
         "private_copy_share": sum(t in member_texts and t not in released
                                   for t in syn_texts) / len(syn_texts),
+        "private_near_share": near_copies(
+            syn_texts, [r[name] for r in members], [r[name] for r in test], vocab,
+            NEAR_COPY_THRESHOLD)["near_private_beyond_public"]["share"],
         "distinct_share": len(set(syn_texts)) / len(syn_texts),
     }
 
@@ -266,8 +271,10 @@ def _summary(results: list[dict]) -> str:
                      f"(ceiling {r['text_tstr_ceiling']['mean']:.3f}) against "
                      f"{r['text_tstr_real']['mean']:.3f} for real text")
     copies = max(r["private_copy_share"]["max"] for r in results if "private_copy_share" in r)
+    near = max(r["private_near_share"]["max"] for r in results if "private_near_share" in r)
     return (f"Default model path, epsilon {EPSILON:g} (model decoder): " + "; ".join(parts)
-            + f". Exact copies of a private text that is not a released term: {copies:.0%}.")
+            + f". Copies of a private text that is not a released term: {copies:.0%} exact, "
+            f"{near:.0%} near (n-gram cosine 0.9 or more, near no released term).")
 
 
 def _cell(r: dict, key: str, sub: str | None = None) -> str:
@@ -280,9 +287,9 @@ def _cell(r: dict, key: str, sub: str | None = None) -> str:
 
 def _table(results: list[dict]) -> str:
     head = ("| dataset | vocabulary | decoder | releases | terms | coverage | release s | "
-            "text TSTR | ceiling | real text | LR with text | LR blanked | GB with text | GB blanked | "
-            "real LR with text / blanked | real GB with text / blanked | released terms | "
-            "distinct | private copies |")
+            "text TSTR | ceiling | real text | LR with text | LR blanked | GB with text | "
+            "GB blanked | real LR with text / blanked | real GB with text / blanked | "
+            "released terms | distinct | private copies | private near-copies |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for group in _rows(results):
         r = group[0]
@@ -303,7 +310,7 @@ def _table(results: list[dict]) -> str:
             cells("record_with_text", "lr"), cells("record_blanked", "lr"),
             cells("record_with_text", "gb"), cells("record_blanked", "gb"), *real,
             cells("released_term_share"), cells("distinct_share"),
-            cells("private_copy_share")]) + " |")
+            cells("private_copy_share"), cells("private_near_share")]) + " |")
     return "\n".join(rows)
 
 

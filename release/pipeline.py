@@ -47,6 +47,7 @@ from release.selection.candidates import CandidateSource, candidate_source
 from release.topics import assign_topics, build_codebook, public_topic_texts
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions, write_release
 from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
+from selpe_audit.artifact.model_block import TOPIC_PREFIX
 from selpe_audit.artifact.signing import key_id, load_private_key
 from selpe_audit.artifact.view import counts_view
 from selpe_audit.errors import UserError
@@ -425,6 +426,8 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                    "split": {"counts": budget.counts_share,
                              "selection": budget.selection_share},
                    "counts": {"mode": counts_cfg.mode, "class_share": counts_cfg.class_share,
+                              "topic_share": (counts_cfg.topic_share if counts_cfg.mode ==
+                                              "fixed" and _has_topic_columns(counts) else 0.0),
                               "topics": cfg.topics,
                               "phrase_share": (counts_cfg.phrase_share
                                                if cfg.phrase_fields(schema) else 0.0),
@@ -439,6 +442,12 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
         "selection": selection,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _has_topic_columns(counts: dict[str, Any]) -> bool:
+    """Whether the released model has a free-text topic column (topic_share applies)."""
+    return any(c["name"].startswith(TOPIC_PREFIX)
+               for c in (counts.get("model") or {}).get("columns", []))
 
 
 def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:

@@ -153,6 +153,7 @@ def test_the_default_model_path_releases_a_keyword_vocabulary(phrase_release):
     assert doc["ledger"]["total_epsilon"] <= cfg.budget.epsilon * (1 + 1e-9)
     assert doc["ledger"]["total_delta"] <= cfg.release_delta * (1 + 1e-9)
     assert doc["budget"]["counts"]["phrase_share"] == cfg.counts.phrase_share
+    assert doc["budget"]["counts"]["topic_share"] == cfg.counts.topic_share == 0.3
     model_cols = [c["name"] for c in doc["counts"]["model"]["columns"]]
     assert vocab["slots"] == cfg.counts.keyword_slots == 3
     assert {"topic:chief_complaint", "topic:chief_complaint#2",
