@@ -9,13 +9,16 @@ Per record of class c:
 - a field without a released histogram (never the case for the demo schema) is uniform over
   its enum or its public range (these three rules are `selpe_audit.artifact.sampling`'s,
   shared with the release's LLM candidates);
-- a free-text field copies the text of an exemplar (DP-selected winners and their partners,
-  both synthetic) drawn from every class's exemplars alike, so the text carries no label
-  signal that the release does not (issue 31: one exemplar per class made the text predict
-  the label perfectly). An artifact without exemplars (``selection: null``, a counts-only
-  release) copies one of the field's DP-released phrases or keywords instead (uniformly,
-  alike in every class), and without those the field gets the neutral placeholder
-  `PLACEHOLDER` (cut or padded to the field's length limits); provenance says which.
+- a free-text field with a DP vocabulary whose topic x class counts were released (a
+  model-mode artifact) takes a topic the same way - the text's class-conditional marginal -
+  and writes its phrase or keyword; an "other" topic, and a field without such counts,
+  copies the text of an exemplar (DP-selected winners and their partners, both synthetic)
+  drawn from every class's exemplars alike, so the text carries no label signal that the
+  release does not (issue 31: one exemplar per class made the text predict the label
+  perfectly). An artifact without exemplars (``selection: null``, a counts-only release)
+  copies one of the field's DP-released phrases or keywords instead (uniformly, alike in
+  every class), and without those the field gets the neutral placeholder `PLACEHOLDER`
+  (cut or padded to the field's length limits); provenance says which.
 
 Record i of class c is drawn from its own generator seeded by (seed, c, i), so the stream is
 the same however it is split into runs (a resumed decode continues it exactly).
@@ -30,10 +33,17 @@ import numpy as np
 
 from decode.released import Released
 from selpe_audit.artifact.model_block import DP_VOCABULARY
-from selpe_audit.artifact.sampling import draw_value, field_probs
+from selpe_audit.artifact.sampling import (
+    draw_topic,
+    draw_value,
+    field_probs,
+    has_topics_by_class,
+)
 from selpe_audit.schema import Field
 
 PLACEHOLDER = "not released"
+#: provenance of a text drawn from the DP vocabulary's released topic x class counts
+TOPICS_BY_CLASS = "dp topics x class"
 _STREAM = 1  # separates these seeds from the other seeded draws of a decode
 
 
@@ -70,6 +80,11 @@ class MarginalsDecoder:
             if f.name not in self._source and terms:
                 self._texts[f.name], self._source[f.name] = terms, DP_VOCABULARY
         self.uses_placeholder = any(not texts for texts in self._texts.values())
+        # a released text model: the DP vocabulary's topic x class counts
+        self._topics = {f.name: t for f in self.schema.by_kind("text")
+                        if (t := released.topics.get(f.name)) is not None
+                        and t.source == DP_VOCABULARY
+                        and has_topics_by_class(t, len(released.classes))}
         # the shared rule (`selpe_audit.artifact.sampling`): the release's LLM candidates
         # draw their fields from the same counts the same way
         self._probs = field_probs(self.schema, released.view.counts)
@@ -79,9 +94,12 @@ class MarginalsDecoder:
         return self._probs[class_value][name]
 
     def describe(self) -> dict[str, Any]:
+        def source(name: str) -> str:
+            other = self._source.get(name, "placeholder")
+            return f"{TOPICS_BY_CLASS}, other: {other}" if name in self._topics else other
+
         return {"name": self.name,
-                "text_source": {f.name: self._source.get(f.name, "placeholder")
-                                for f in self.schema.by_kind("text")},
+                "text_source": {f.name: source(f.name) for f in self.schema.by_kind("text")},
                 "placeholder": PLACEHOLDER if self.uses_placeholder else None}
 
     def record(self, class_value: Any, i: int) -> dict[str, Any]:
@@ -94,8 +112,14 @@ class MarginalsDecoder:
     def draw(self, f: Field, class_value: Any, rng: np.random.Generator) -> Any:
         """One value of field ``f`` for a record of ``class_value`` (not the label); the
         model decoder draws the fields its model lacks here too."""
-        if f.kind == "text":  # the class does not enter: the same pool for every class
-            pool = self._texts[f.name]
+        if f.kind == "text":
+            vocab = self._topics.get(f.name)
+            if vocab is not None:  # the class enters through the released counts alone
+                topic = draw_topic(vocab, self.released.class_index(class_value), rng)
+                text = vocab.anchors[topic].text
+                if topic < len(vocab.anchors) - 1 and f.min_length <= len(text) <= f.max_length:
+                    return text
+            pool = self._texts[f.name]  # the same pool for every class
             return pool[int(rng.integers(len(pool)))] if pool else placeholder_text(f)
         return draw_value(f, self._probs[class_value][f.name], rng)
 

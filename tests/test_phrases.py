@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from conftest import ROOT, with_settings
@@ -118,10 +119,10 @@ CANARY_WORD = "zorblaxitis"  # one person's word, in several of that person's ro
 
 def _phrase_release(tmp: Path, key: Path) -> dict:
     """A `fixed` release (counts only) of 2,500 demo rows: one person writes the canary
-    word in 6 rows; 600 other people write "sudden chest pain"."""
+    word in 6 rows; 600 other people write "chest pain since morning"."""
     rows = generate_rows(2_500, seed=41)
     for i, r in enumerate(rows[:600]):
-        r.update(patient_id=f"CP{i:05d}", chief_complaint="sudden chest pain")
+        r.update(patient_id=f"CP{i:05d}", chief_complaint="chest pain since morning")
     for r in rows[600:606]:
         r.update(patient_id="CANARY-PERSON", chief_complaint=f"{CANARY_WORD} of the left knee")
     data = tmp / "rows.csv"
@@ -214,24 +215,63 @@ def test_the_model_decoder_draws_other_topic_texts_alike_in_every_class(phrase_r
     assert chi2_contingency(table).pvalue > 1e-4
 
 
-def test_the_marginals_decoder_copies_released_terms_alike_in_every_class(phrase_release,
-                                                                          keys):
-    """Without exemplars (a counts-only release) the marginals decoder's text is a released
-    term, drawn the same way in every class (chi-square homogeneity; false failure 1e-4)."""
-    from scipy.stats import chi2_contingency
-
+def _marginals_texts(released, seed: int, n: int = 400) -> dict:
     from decode.marginals import MarginalsDecoder
 
-    released = released_view(read_release(phrase_release["cfg"].out, [keys[0][1]]))
-    decoder = MarginalsDecoder(released, seed=4)
+    decoder = MarginalsDecoder(released, seed=seed)
+    return decoder, {c: [decoder.record(c, i)["chief_complaint"] for i in range(n)]
+                     for c in released.classes}
+
+
+def test_the_marginals_decoder_copies_released_terms_alike_in_every_class(phrase_release,
+                                                                          keys):
+    """Without a text model (here: the topic x class counts taken out of a counts-only
+    artifact, which has no exemplars) the marginals decoder's text is a released term, drawn
+    the same way in every class (chi-square homogeneity; false failure 1e-4)."""
+    import dataclasses
+
+    from scipy.stats import chi2_contingency
+
+    rel = read_release(phrase_release["cfg"].out, [keys[0][1]])
+    topics = rel.view.counts.topics
+    topics["chief_complaint"] = dataclasses.replace(topics["chief_complaint"], by_class=())
+    released = released_view(rel)
+    decoder, by_class = _marginals_texts(released, seed=4)
     terms = set(released.topics["chief_complaint"].anchors[-1].members)
-    by_class = {c: [decoder.record(c, i)["chief_complaint"] for i in range(400)]
-                for c in released.classes}
     assert set().union(*by_class.values()) <= terms
     assert decoder.describe()["text_source"] == {"chief_complaint": "dp phrases"}
     texts = sorted(terms)
     assert chi2_contingency([[ts.count(t) for t in texts] for ts in by_class.values()]
                             ).pvalue > 1e-4
+
+
+def test_the_marginals_decoder_draws_a_topic_from_its_released_counts_by_class(
+        phrase_release, keys):
+    """With the topic x class counts released (a model-mode artifact) the text is the text's
+    class-conditional marginal, like any field's: a topic's keyword with its clamped noisy
+    count's share of the class, "other" a released term drawn alike in every class
+    (chi-square goodness of fit per class; false failure 1e-4 each)."""
+    from scipy.stats import chisquare
+
+    from selpe_audit.artifact.sampling import shares
+
+    released = released_view(read_release(phrase_release["cfg"].out, [keys[0][1]]))
+    vocab = released.topics["chief_complaint"]
+    decoder, by_class = _marginals_texts(released, seed=6, n=1_000)
+    assert decoder.describe()["text_source"] == {
+        "chief_complaint": "dp topics x class, other: dp phrases"}
+    words = [a.text for a in vocab.anchors[:-1]]
+    for k, (c, texts) in enumerate(by_class.items()):
+        p = shares(vocab.by_class[k][:len(vocab.anchors)])
+        expected = p[:-1] + p[-1] / len(words)  # "other": a released term, uniformly
+        observed = [texts.count(w) for w in words]
+        assert sum(observed) == len(texts)
+        keep = expected * len(texts) >= 5  # cells the test can judge; the rest pooled
+        obs = [*np.array(observed)[keep], np.array(observed)[~keep].sum()]
+        exp = [*(expected * len(texts))[keep], (expected * len(texts))[~keep].sum()]
+        if exp[-1] == 0:
+            obs, exp = obs[:-1], exp[:-1]
+        assert chisquare(obs, exp).pvalue > 1e-4, c
 
 
 def test_review_flags_a_released_term_that_looks_like_personal_data():

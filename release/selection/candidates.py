@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from selpe_audit.artifact.model_block import DP_VOCABULARY, Topics
-from selpe_audit.artifact.sampling import FieldSampler, shares
+from selpe_audit.artifact.sampling import FieldSampler, draw_topic
 from selpe_audit.artifact.view import Counts
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
@@ -154,7 +154,7 @@ class LLMSource:
         else:
             drafts = []
             for i, r in enumerate(records):
-                topic = _draw_topic(vocab, self.schema.classes.index(class_value), rng)
+                topic = draw_topic(vocab, self.schema.classes.index(class_value), rng)
                 members = list(vocab.anchors[topic].members)
                 if vocab.kind == "phrases" and topic < len(vocab.anchors) - 1 and \
                         f.min_length <= len(members[0]) <= f.max_length:
@@ -172,14 +172,6 @@ class LLMSource:
             f"LLM candidates: the model wrote no acceptable '{f.name}' text for class "
             f"{class_value} in {TEXT_ROUNDS * self.config.max_attempts} attempts (each a "
             "placeholder or outside the length limits); try another --model")
-
-
-def _draw_topic(vocab: Topics, class_index: int, rng: np.random.Generator) -> int:
-    """A topic for a record of the class, proportional to the released topic x class counts
-    (clamped at 0; uniform when they all clamp, or when none were released)."""
-    k = len(vocab.anchors)
-    row = vocab.by_class[class_index] if class_index < len(vocab.by_class) else ()
-    return int(rng.choice(k, p=shares(row[:k]) if len(row) >= k else None))
 
 
 def read_pool(path: Path, schema: Schema) -> PoolSource:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from selpe_audit.artifact.model_block import Topics
 from selpe_audit.artifact.view import Counts
 from selpe_audit.bins import grid_size, sample_in_bin
 from selpe_audit.schema import Field, Schema
@@ -70,6 +71,20 @@ def draw_value(f: Field, probs: np.ndarray, rng: np.random.Generator) -> Any:
     if f.kind == "categorical":
         return f.enum[int(rng.choice(len(f.enum), p=probs))]
     return sample_in_bin(f, int(rng.choice(len(f.bins) - 1, p=probs)), rng)
+
+
+def has_topics_by_class(vocab: Topics | None, n_classes: int) -> bool:
+    """Whether a free-text field's codebook carries released topic x class counts."""
+    return vocab is not None and len(vocab.by_class) == n_classes and \
+        all(len(row) >= len(vocab.anchors) for row in vocab.by_class)
+
+
+def draw_topic(vocab: Topics, class_index: int, rng: np.random.Generator) -> int:
+    """A topic for a record of the class, proportional to the released topic x class counts
+    (clamped at 0; uniform when they all clamp, or when none were released)."""
+    k = len(vocab.anchors)
+    row = vocab.by_class[class_index] if class_index < len(vocab.by_class) else ()
+    return int(rng.choice(k, p=shares(row[:k]) if len(row) >= k else None))
 
 
 class FieldSampler:
