@@ -73,6 +73,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                      help="llm decoder on an artifact with a counts model: let the LLM write "
                           "whole records (two-stage) instead of only the free text of records "
                           "whose fields come from the model")
+    abl.add_argument("--paraphrase-phrases", action="store_true",
+                     help="llm decoder on a model-mode artifact: let the LLM rewrite a "
+                          "record's released phrase too (default: the record keeps it; the "
+                          "LLM writes \"other\" and long-text topics)")
 
 
 def gpu_layers(arg: int | None) -> int:
@@ -97,6 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = DecodeSettings(n=args.n, decoder=args.decoder, seed=args.seed,
                               overgenerate=args.overgenerate, select_top=args.select_top,
                               fit=args.fit, two_stage=args.two_stage, hybrid=args.hybrid,
+                              paraphrase_phrases=args.paraphrase_phrases,
                               model=args.model,
                               gpu_layers=gpu_layers(args.gpu_layers),
                               shards=1 if args.shards is None else args.shards,

@@ -7,7 +7,11 @@ its records and the LLM can never change them: they are fed to the model as the 
 sampled. Per free-text field, the LLM continues a plain-completion prompt (`prompts.text_prefix`
 + `prompts.text_suffix`): the class, the class's DP-selected exemplars as a few-shot list, the
 record's topic texts (public anchors) and the record's fields, then an opening quote; the text
-ends at the closing quote. A text is kept when it fits the field's length limits and is not a
+ends at the closing quote. A record whose topic is a released *phrase* (a short-text field's
+DP vocabulary) keeps that phrase as the model decoder wrote it: the LLM writes "other" and
+long-text (keyword) topics, where the model has no text of its own, and rewrites released
+phrases only with ``paraphrase_phrases`` (issue 31: off until a measurement shows it helps).
+A text is kept when it fits the field's length limits and is not a
 placeholder (the field's name or description, an enum value, "free text"); otherwise it is
 resampled, and after ``max_attempts`` the record keeps the topic's public text (counted).
 The text writing is `selpe_audit.llm.text.TextWriter`'s, shared with the release's LLM
@@ -29,6 +33,7 @@ import numpy as np
 from decode.llm import CHUNK, POSITIVES, chunk_seed
 from decode.model import ModelDecoder
 from decode.released import Released
+from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.llm import prompts
 from selpe_audit.llm.config import GenerationConfig, derive_seed
 from selpe_audit.llm.models import LLM
@@ -51,8 +56,10 @@ class HybridDecoder:
     name = "llm"
 
     def __init__(self, released: Released, llm: LLM, *, seed: int,
-                 config: GenerationConfig | None = None) -> None:
+                 config: GenerationConfig | None = None,
+                 paraphrase_phrases: bool = False) -> None:
         self.released, self.llm, self.seed = released, llm, seed
+        self.paraphrase_phrases = paraphrase_phrases
         self.config = config or GenerationConfig(seed=seed)
         self.model = ModelDecoder(released, seed)
         self.schema = released.schema
@@ -73,7 +80,8 @@ class HybridDecoder:
                 "text_fields": [f.name for f in self.text_fields],
                 "model": {"name": self.llm.info.name, "sha256": self.llm.info.sha256},
                 "generation": generation, "chunk": CHUNK, "positives": POSITIVES,
-                "topic_texts": TOPIC_TEXTS, "prompt_templates_sha256": prompts.templates_digest()}
+                "topic_texts": TOPIC_TEXTS, "paraphrase_phrases": self.paraphrase_phrases,
+                "prompt_templates_sha256": prompts.templates_digest()}
 
     def acceptable(self, f: Field, text: str) -> bool | None:
         """True: keep; False: a placeholder; None: outside the field's length limits."""
@@ -101,9 +109,21 @@ class HybridDecoder:
         examples = self.released.winners.get(class_value, [])[:POSITIVES]
         for f in self.text_fields:
             drafts = [Draft(i, values, self._topic_texts(f, values, topics, class_value, i))
-                      for i, values, topics in drawn]
+                      for i, values, topics in drawn
+                      if not self._keeps_released_phrase(f, values, topics)]
             self.writer.write(f, class_value, examples, drafts, base)
         return [values for _, values, _ in drawn]
+
+    def _keeps_released_phrase(self, f: Field, values: dict[str, Any],
+                               topics: dict[str, int]) -> bool:
+        """Whether the record keeps the released phrase the model gave it (not "other", and
+        the phrase fits the field), the LLM writing nothing for it."""
+        vocab = self.released.topics.get(f.name)
+        if self.paraphrase_phrases or vocab is None or vocab.source != DP_VOCABULARY or \
+                vocab.kind != "phrases" or f.name not in topics:
+            return False
+        topic = topics[f.name]
+        return topic < len(vocab.anchors) - 1 and values[f.name] == vocab.anchors[topic].text
 
     def _topic_texts(self, f: Field, values: dict[str, Any], topics: dict[str, int],
                      class_value: Any, index: int) -> list[str]:

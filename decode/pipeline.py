@@ -97,6 +97,7 @@ class DecodeSettings:
     fit: bool = True
     two_stage: bool = True
     hybrid: bool = True  # llm on a model-mode artifact: fields from the model, LLM text only
+    paraphrase_phrases: bool = False  # hybrid: the LLM rewrites released phrases too
     model: str | None = None
     gpu_layers: int = 0
     shards: int = 1            # the plan in this many parts (`decode.shards`)
@@ -215,7 +216,8 @@ def make_decoder(released: Released, settings: DecodeSettings, part: Part = WHOL
     if llm is None:
         llm = shared().llm(settings.model, gpu_layers=settings.gpu_layers)
     if settings.hybrid and released.model is not None:
-        return HybridDecoder(released, llm, seed=seed)
+        return HybridDecoder(released, llm, seed=seed,
+                             paraphrase_phrases=settings.paraphrase_phrases)
     return LLMDecoder(released, llm, seed=seed, two_stage=settings.two_stage)
 
 

@@ -116,3 +116,40 @@ def test_a_topic_shown_to_several_drafts_is_read_once(released, llm):
     s = writer.stats
     assert len(failed) < 6
     assert s.prompt_tokens <= len(head) + len(line) + s.attempts * max(own)
+
+
+def _phrase_released():
+    """The small model's artifact with its text topics a DP phrase vocabulary: topic 0 "a
+    sore throat", 1 "chest pain", 2 "other"."""
+    from test_model_decoder import _doc
+
+    from release.phrases import PhraseVocabulary, phrase_topics
+
+    table, block = opendp_release()
+    doc = _doc(block, table)
+    vocab = PhraseVocabulary("note", "phrases", ("a sore throat", "chest pain"), (60, 50),
+                             1.0, 1e-6, 1.0, 15, "laplace", 1)
+    doc["counts"]["topics"] = {"note": phrase_topics(vocab)}
+    return _released(doc), vocab
+
+
+@pytest.mark.slow
+def test_a_released_phrase_is_kept_and_the_llm_writes_the_other_topic(llm):
+    """By default a record whose topic is a released phrase keeps it (the model decoder's
+    text) and the LLM writes only "other" records; with paraphrase_phrases it writes all."""
+    released, vocab = _phrase_released()
+    n, other = 16, len(vocab.phrases)
+    drawn = [ModelDecoder(released, seed=3).draw(1, i) for i in range(n)]
+    n_other = sum(topics[TEXT] == other for _, topics in drawn)
+    assert 0 < n_other < n  # this seed's stream has both kinds
+    dec = HybridDecoder(released, llm, seed=3)
+    out: list[dict] = []
+    dec.generate(1, 0, n, out.append)
+    for rec, (values, topics) in zip(out, drawn, strict=True):
+        if topics[TEXT] != other:
+            assert rec[TEXT] == values[TEXT] == vocab.phrases[topics[TEXT]]
+    assert dec.stats.records + dec.stats.fallbacks == n_other
+    assert dec.describe()["paraphrase_phrases"] is False
+    every = HybridDecoder(released, llm, seed=3, paraphrase_phrases=True)
+    every.generate(1, 0, n, [].append)
+    assert every.stats.records + every.stats.fallbacks == n
