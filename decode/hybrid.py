@@ -34,6 +34,7 @@ from decode.llm import CHUNK, POSITIVES, chunk_seed
 from decode.model import ModelDecoder
 from decode.released import Released
 from selpe_audit.artifact.model_block import DP_VOCABULARY
+from selpe_audit.artifact.sampling import topic_text
 from selpe_audit.llm import prompts
 from selpe_audit.llm.config import GenerationConfig, derive_seed
 from selpe_audit.llm.models import LLM
@@ -122,8 +123,7 @@ class HybridDecoder:
         if self.paraphrase_phrases or vocab is None or vocab.source != DP_VOCABULARY or \
                 vocab.kind != "phrases" or f.name not in topics:
             return False
-        topic = topics[f.name]
-        return topic < len(vocab.anchors) - 1 and values[f.name] == vocab.anchors[topic].text
+        return values[f.name] == topic_text(vocab, topics[f.name], f)
 
     def _topic_texts(self, f: Field, values: dict[str, Any], topics: dict[str, int],
                      class_value: Any, index: int) -> list[str]:

@@ -38,6 +38,7 @@ from selpe_audit.artifact.sampling import (
     draw_value,
     field_probs,
     has_topics_by_class,
+    topic_text,
 )
 from selpe_audit.schema import Field
 
@@ -115,9 +116,9 @@ class MarginalsDecoder:
         if f.kind == "text":
             vocab = self._topics.get(f.name)
             if vocab is not None:  # the class enters through the released counts alone
-                topic = draw_topic(vocab, self.released.class_index(class_value), rng)
-                text = vocab.anchors[topic].text
-                if topic < len(vocab.anchors) - 1 and f.min_length <= len(text) <= f.max_length:
+                text = topic_text(vocab, draw_topic(
+                    vocab, self.released.class_index(class_value), rng), f)
+                if text is not None:
                     return text
             pool = self._texts[f.name]  # the same pool for every class
             return pool[int(rng.integers(len(pool)))] if pool else placeholder_text(f)

@@ -112,17 +112,17 @@ def fixed_workload(cols: list[ModelColumn], class_share: float,
     label, others = cols[0].frame_col, cols[1:]
     if not others:
         return [dp.mbi.Count((label,))]
-    groups = {kind: [c for c in others if (c.kind == "topic") == (kind == "topics")]
-              for kind in ("topics", "fields")}
-    share = {"topics": topic_share, "fields": 1 - class_share - topic_share}
-    if not groups["topics"] or not groups["fields"]:  # one kind: all but the class's share
-        share = dict.fromkeys(share, 1 - class_share)
-    rho = {c.frame_col: share[kind] / len(cols_) for kind, cols_ in groups.items()
-           for c in cols_}  # each query's share of the table's rho
-    unit = min(rho.values())
+    n_topics = sum(c.kind == "topic" for c in others)
+    n_fields = len(others) - n_topics
+    if n_topics and n_fields:
+        topic_rho, field_rho = topic_share / n_topics, (1 - class_share - topic_share) / n_fields
+    else:  # one kind of column: it gets all but the class's share, evenly
+        topic_rho = field_rho = (1 - class_share) / len(others)
+    rho = [topic_rho if c.kind == "topic" else field_rho for c in others]  # shares of rho
+    unit = min(rho)
     return [dp.mbi.Count((label,), weight=math.sqrt(class_share / unit)),
-            *(dp.mbi.Count((label, c.frame_col), weight=math.sqrt(rho[c.frame_col] / unit))
-              for c in others)]
+            *(dp.mbi.Count((label, c.frame_col), weight=math.sqrt(r / unit))
+              for c, r in zip(others, rho, strict=True))]
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -47,7 +47,6 @@ from release.selection.candidates import CandidateSource, candidate_source
 from release.topics import assign_topics, build_codebook, public_topic_texts
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions, write_release
 from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
-from selpe_audit.artifact.model_block import TOPIC_PREFIX
 from selpe_audit.artifact.signing import key_id, load_private_key
 from selpe_audit.artifact.view import counts_view
 from selpe_audit.errors import UserError
@@ -446,8 +445,7 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
 
 def _has_topic_columns(counts: dict[str, Any]) -> bool:
     """Whether the released model has a free-text topic column (topic_share applies)."""
-    return any(c["name"].startswith(TOPIC_PREFIX)
-               for c in (counts.get("model") or {}).get("columns", []))
+    return any(c["kind"] == "topic" for c in (counts.get("model") or {}).get("columns", []))
 
 
 def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:

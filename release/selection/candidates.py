@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from selpe_audit.artifact.model_block import DP_VOCABULARY, Topics
-from selpe_audit.artifact.sampling import FieldSampler, draw_topic
+from selpe_audit.artifact.sampling import FieldSampler, draw_topic, topic_text
 from selpe_audit.artifact.view import Counts
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
@@ -155,12 +155,11 @@ class LLMSource:
             drafts = []
             for i, r in enumerate(records):
                 topic = draw_topic(vocab, self.schema.classes.index(class_value), rng)
-                members = list(vocab.anchors[topic].members)
-                if vocab.kind == "phrases" and topic < len(vocab.anchors) - 1 and \
-                        f.min_length <= len(members[0]) <= f.max_length:
-                    r[f.name] = members[0]  # a released phrase, as it was released
+                phrase = topic_text(vocab, topic, f) if vocab.kind == "phrases" else None
+                if phrase is not None:
+                    r[f.name] = phrase  # a released phrase, as it was released
                 else:  # "other" or a keyword topic: the LLM writes from its released terms
-                    drafts.append(Draft(i, r, members[:3]))
+                    drafts.append(Draft(i, r, list(vocab.anchors[topic].members[:3])))
             if not drafts:
                 return
         for _ in range(TEXT_ROUNDS):

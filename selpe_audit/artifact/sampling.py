@@ -87,6 +87,13 @@ def draw_topic(vocab: Topics, class_index: int, rng: np.random.Generator) -> int
     return int(rng.choice(k, p=shares(row[:k]) if len(row) >= k else None))
 
 
+def topic_text(vocab: Topics, topic: int, f: Field) -> str | None:
+    """A topic's released text when it is not "other" (the last topic) and fits the field."""
+    text = vocab.anchors[topic].text
+    return text if topic < len(vocab.anchors) - 1 and \
+        f.min_length <= len(text) <= f.max_length else None
+
+
 class FieldSampler:
     """Draws a record's label, categorical and numeric fields (no free text) per class."""
 
