@@ -17,24 +17,36 @@ from typing import Any
 
 from rich.console import Console
 
-from audits import anonymeter_risks, fidelity, mechanism, mia, release_audit, utility
+from audits import (
+    anonymeter_risks,
+    fidelity,
+    mechanism,
+    mia,
+    release_audit,
+    report,
+    utility,
+)
 from audits.io import (
     REPORT_NOTE,
     default_report_path,
     file_info,
+    jsonable,
     load_embedder,
     load_record_schema,
+    refuse_artifact_folder,
     subsample,
     write_report,
 )
+from audits.report import report_summary
 from release.private_data import InvalidPolicy, read_private_rows
 from selpe_audit import __version__
+from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import CHANNEL_SETS, KernelConfig, channel_kind
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
-KINDS = ("mia", "mechanism", "fidelity", "utility")
+KINDS = ("mia", "mechanism", "fidelity", "utility", "report")
 
 
 # ----- arguments ---------------------------------------------------------------------------
@@ -130,6 +142,35 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
     u.add_argument("--seed", type=int, default=0)
 
+    r = sub.add_parser("report", help="one HTML page: fidelity, TSTR, text, MIA vs. the DP "
+                                      "bound, SDMetrics",
+                       description=report.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--synthetic", required=True,
+                   help="synthetic records (.csv, .parquet or .jsonl)")
+    r.add_argument("--schema", required=True, help="dataset schema (JSON)")
+    r.add_argument("--real-train", required=True,
+                   help="the private rows the release read (the MIA's members, the "
+                        "distributions' and TSTR baseline's real side)")
+    r.add_argument("--real-test", required=True,
+                   help="held-out private rows the release did not read (TSTR's test set, "
+                        "the MIA's non-members)")
+    r.add_argument("--artifact", help="release artifact folder: its guarantee, its DP bound "
+                                      "on the ROC curves, its codebook for free text")
+    r.add_argument("--trust", action="append", default=[],
+                   help="public key to verify the artifact with (repeatable; without it the "
+                        "artifact is read unverified, and the page says so)")
+    r.add_argument("--out", required=True, help="the HTML page to write; a JSON file with "
+                                                "every number goes beside it (.json)")
+    r.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
+    r.add_argument("--max-targets", type=int, default=2000,
+                   help="MIA: at most this many members and non-members each (seeded)")
+    r.add_argument("--no-sdmetrics", action="store_true",
+                   help="leave out SDMetrics' quality report")
+    r.add_argument("--invalid-rows", choices=["fail", "drop"], default="fail",
+                   help="private rows that break the schema: stop (default) or leave out")
+    r.add_argument("--seed", type=int, default=0)
+
 
 # ----- helpers -----------------------------------------------------------------------------
 
@@ -157,6 +198,17 @@ def _finish(kind: str, args: argparse.Namespace, report: dict[str, Any], render:
     return out
 
 
+def _artifact_view(artifact: str, trust: list[str]) -> Any:
+    """The artifact's `ReleaseView`: verified against ``trust`` when given, else read
+    unverified. Only its ledger, guarantees and codebooks are read (the JSON Schema types
+    them), so the view is read tolerantly."""
+    from selpe_audit.artifact.document import read_release, read_release_unverified
+    from selpe_audit.artifact.view import ReleaseView
+
+    doc = read_release(artifact, trust).doc if trust else read_release_unverified(artifact)
+    return ReleaseView.parse(doc)
+
+
 def _artifact_epsilon(args: argparse.Namespace) -> tuple[float | None, float, dict[str, Any]]:
     if args.artifact and args.epsilon is not None:
         raise UserError("give --artifact or --epsilon, not both")
@@ -168,16 +220,7 @@ def _artifact_epsilon(args: argparse.Namespace) -> tuple[float | None, float, di
         return args.epsilon, 0.0, {"source": "--epsilon"}
     if not args.artifact:
         return None, 0.0, {"source": None}
-    from selpe_audit.artifact.document import read_release, read_release_unverified
-    from selpe_audit.artifact.view import ReleaseView
-
-    # Only the ledger is read (the artifact's JSON Schema types it): the counts and the
-    # selection need not be well formed for this, so the view is read tolerantly.
-    if args.trust:
-        doc = read_release(args.artifact, args.trust).doc
-    else:
-        doc = read_release_unverified(args.artifact)
-    ledger = ReleaseView.parse(doc).ledger
+    ledger = _artifact_view(args.artifact, args.trust).ledger
     return (float(ledger.total_epsilon), float(ledger.total_delta),
             {"source": str(Path(args.artifact)), "signature_verified": bool(args.trust)})
 
@@ -337,8 +380,64 @@ def _run_utility(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_report(args: argparse.Namespace) -> int:
+    from audits.report_page import render_report_html
+
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--out {out}: give an .html file for the page")
+    if args.trust and not args.artifact:
+        raise UserError("--trust verifies an artifact: pass --artifact too")
+    if args.max_targets < 1:
+        raise UserError("--max-targets must be at least 1")
+    refuse_artifact_folder(out)
+    schema = load_record_schema(args.schema)
+    view = _artifact_view(args.artifact, args.trust) if args.artifact else None
+    syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
+    train = _rows(args.real_train, schema, args.invalid_rows)
+    test = _rows(args.real_test, schema, args.invalid_rows)
+    channels = KernelConfig().resolve(schema)  # the MIA's kernel: text and the whole record
+    needs_embedder = schema.by_kind("text") or any(channel_kind(c) != "num" for c in channels)
+    embedder = load_embedder(args.embedder) if needs_embedder else None
+    console = Console(stderr=True, highlight=False)
+    with console.status("audit report") as status:
+        try:
+            result = report.build_report(
+                schema, syn_table, train, test, embedder, view, seed=args.seed,
+                max_targets=args.max_targets, use_sdmetrics=not args.no_sdmetrics,
+                progress=lambda step: status.update(f"audit report: {step}"))
+        except ValueError as e:
+            raise UserError(f"{args.synthetic}: {e}") from None
+    inputs = {"synthetic": args.synthetic, "real_train": args.real_train,
+              "real_test": args.real_test, "schema": args.schema}
+    config = {"seed": args.seed, "max_targets": args.max_targets,
+              "embedder": args.embedder or "bundled default",
+              "sdmetrics": not args.no_sdmetrics}
+    doc = _report("report", inputs, config, result, t0)
+    doc["seed"] = args.seed
+    doc["dataset"] = view.dataset if view is not None else schema.name
+    if view is not None:
+        g = view.guarantees
+        doc["artifact"] = {"path": str(Path(args.artifact)), "verified": bool(args.trust),
+                           "epsilon": view.ledger.total_epsilon,
+                           "delta": view.ledger.total_delta,
+                           "statements": list(g.statements)}
+    json_path = write_report(out.with_suffix(".json"), doc)
+    html = render_report_html(jsonable(doc))
+    try:
+        atomic_write_bytes(out, html.encode("utf-8"))
+    except OSError as e:
+        raise UserError(f"{out}: cannot write the report ({e.strerror})") from None
+    con = Console(highlight=False)
+    con.print(report_summary(doc))
+    con.print(f"report: {out} (numbers: {json_path}); statistics of private rows, not DP: "
+              "keep it in the enclave")
+    return 1 if result["mia"].get("bound_violations") else 0
+
+
 _RUNNERS = {"mia": _run_mia, "mechanism": _run_mechanism, "fidelity": _run_fidelity,
-            "utility": _run_utility}
+            "utility": _run_utility, "report": _run_report}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -356,7 +455,8 @@ COMMAND = Command(
                 "DP bound\n  mechanism  Monte-Carlo empirical epsilon of the OpenDP "
                 "mechanisms (FAILs above the claim)\n  fidelity   schema validity, 1-/2-way "
                 "total variation distance\n  utility    train on synthetic, test on real "
-                "(macro one-vs-rest ROC AUC)\nReports hold statistics of private rows: keep "
+                "(macro one-vs-rest ROC AUC)\n  report     all of these on one HTML page, with "
+                "plots and SDMetrics' score\nReports hold statistics of private rows: keep "
                 "them in the enclave. Audits never write into an artifact folder.",
     add_arguments=_add_arguments,
     run=_run,

@@ -95,13 +95,19 @@ def default_report_path(kind: str, next_to: str | Path | None) -> Path:
     return Path.cwd() / f"audit-{kind}.json"
 
 
-def write_report(path: str | Path, report: dict[str, Any]) -> Path:
-    """Write the report as indented JSON (atomically); refuse artifact folders."""
+def refuse_artifact_folder(path: str | Path) -> None:
+    """Audit reports hold private statistics: never inside an artifact folder."""
     p = Path(path)
     art = _in_artifact(p.resolve().parent)
     if art is not None:
         raise UserError(f"{p}: refusing to write an audit report into the artifact folder "
-                        f"{art}; pass --report with a path outside it")
+                        f"{art}; write it to a path outside it")
+
+
+def write_report(path: str | Path, report: dict[str, Any]) -> Path:
+    """Write the report as indented JSON (atomically); refuse artifact folders."""
+    p = Path(path)
+    refuse_artifact_folder(p)
     data = json.dumps(jsonable(report), indent=2, sort_keys=True, ensure_ascii=False,
                       allow_nan=False).encode("utf-8") + b"\n"
     try:

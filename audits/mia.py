@@ -119,6 +119,7 @@ def attack_summary(dcr_mem: np.ndarray, dcr_non: np.ndarray, cfg: MiaConfig) -> 
         "advantage": stats.max_advantage(pos, neg),
         "tpr_at_fpr": [stats.tpr_at_fpr(pos, neg, f).to_json() for f in cfg.fprs],
         "dcr": {"members": stats.quantiles(dcr_mem), "non_members": stats.quantiles(dcr_non)},
+        "roc": stats.roc_points(pos, neg),
     }
 
 

@@ -63,6 +63,18 @@ def max_advantage(pos: np.ndarray, neg: np.ndarray) -> float:
     return float(np.max(tpr - fpr))
 
 
+def roc_points(pos: np.ndarray, neg: np.ndarray, max_points: int = 200) -> dict[str, list]:
+    """The ROC curve (higher score = positive) thinned to at most ``max_points`` points,
+    spaced geometrically along the curve so that the low-FPR end, where membership
+    inference matters, keeps its detail."""
+    y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    fpr, tpr, _ = roc_curve(y, np.r_[pos, neg])
+    if len(fpr) > max_points:
+        idx = np.unique(np.r_[0, np.geomspace(1, len(fpr), max_points).astype(int) - 1])
+        fpr, tpr = fpr[idx], tpr[idx]
+    return {"fpr": [float(x) for x in fpr], "tpr": [float(x) for x in tpr]}
+
+
 @dataclass(frozen=True)
 class TprAtFpr:
     """TPR of the test 'score > threshold', the threshold set on the negatives so that at

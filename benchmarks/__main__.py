@@ -110,6 +110,11 @@ def _text_vocabulary(quick: bool) -> dict[str, Any]:
     return text_vocabulary.run(quick)
 
 
+def _audit_report(quick: bool) -> dict[str, Any]:
+    from benchmarks import audit_report
+    return audit_report.run(quick)
+
+
 def _scale(quick: bool, huge: bool = False) -> dict[str, Any]:
     from benchmarks import scale
     return scale.run(quick, huge=huge)
@@ -139,6 +144,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "database": ("python -m benchmarks.database", _database),
     "audits": ("python -m benchmarks.audits", _audits),
     "images": ("python -m benchmarks.images", _images),
+    "audit_report": ("python -m benchmarks.audit_report", _audit_report),
 }
 
 

@@ -6,7 +6,7 @@
 #   GPU=1 scripts/install.sh           llama-cpp-python built with CUDA (decode image)
 #   EXTRAS=cluster scripts/install.sh  optional extras besides DEV's (comma-separated; the decode
 #                                      image: cluster, for decode --ray). DEV=1 installs dev,
-#                                      bench and cluster (the tests use all three)
+#                                      bench, cluster and report (the tests use all four)
 #   LLAMA_BUILD=portable scripts/install.sh   llama.cpp for any AVX2 CPU (images, wheelhouses);
 #                                      default: native for this CPU, minus AMX (install-llama.sh)
 #   WHEELHOUSE=dir scripts/install.sh  offline: install only from a wheelhouse (see wheelhouse.sh)
@@ -86,7 +86,7 @@ step "installing torch" "${PIP[@]}" install "${SOURCE[@]}" "${TORCH_SOURCE[@]}" 
 VENV="$VENV" GPU="$GPU" scripts/install-llama.sh install
 
 extras=$EXTRAS
-[ "$DEV" = "1" ] && extras="dev,bench,cluster${EXTRAS:+,$EXTRAS}"
+[ "$DEV" = "1" ] && extras="dev,bench,cluster,report${EXTRAS:+,$EXTRAS}"
 target="."
 [ -n "$extras" ] && target=".[$extras]"
 editable=()

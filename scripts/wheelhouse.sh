@@ -125,7 +125,7 @@ done < <(pyproject packages)
 find "$src" -name __pycache__ -prune -exec rm -rf {} +
 rm -f "$DIR"/selpe_audit-*.whl
 target="$src"
-[ "$DEV" = "1" ] && target="${src}[dev,bench,cluster]"
+[ "$DEV" = "1" ] && target="${src}[dev,bench,cluster,report]"
 torch_source=()
 [ -n "$TORCH_INDEX_URL" ] && torch_source=(--extra-index-url "$TORCH_INDEX_URL")
 # torch is pinned here as install.sh pins it: the project allows a range, and the newest torch

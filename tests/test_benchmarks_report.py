@@ -51,7 +51,7 @@ def test_page_has_tables_and_plots_but_no_json(tmp_path):
 
 
 def test_render_the_stored_results_is_short(tmp_path):
-    """``--render`` from the committed RESULTS.json: a page under 320 lines (15 sections, a
+    """``--render`` from the committed RESULTS.json: a page under 340 lines (19 sections, a
     table or two each), no JSON."""
     shutil.copy(RESULTS, tmp_path / "RESULTS.json")
     out = tmp_path / "RESULTS.md"
@@ -59,7 +59,7 @@ def test_render_the_stored_results_is_short(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     text = out.read_text()
-    assert len(text.splitlines()) < 320 and "```" not in text
+    assert len(text.splitlines()) < 340 and "```" not in text
     for name in json.loads(RESULTS.read_text()):
         assert f"## {name}" in text
     section = text.split("## ")[1:]

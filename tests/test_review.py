@@ -227,6 +227,23 @@ def test_terminal_view_shows_control_codes_instead_of_obeying_them(hostile_artif
     assert XSS[0] in r.stdout  # shown literally, as text
 
 
+def test_review_counts_warnings_by_kind_and_lists_each_with_all(hostile_artifact):
+    doc = read_release_unverified(hostile_artifact)
+    ws = review_warnings(doc)
+    kinds = {w.kind for w in ws}
+    assert len(ws) > len(kinds) >= 2  # some kind fires more than once
+    short = cli("review", str(hostile_artifact))
+    assert short.returncode == 0, short.stderr
+    assert "counted by kind" in short.stdout and "review --all" in short.stdout
+    assert str(hostile_artifact / REVIEW_FILE) in short.stdout.replace("\n", "")
+    assert all(k in short.stdout for k in kinds)
+    full = cli("review", str(hostile_artifact), "--all")
+    assert full.returncode == 0, full.stderr
+    flat = " ".join(full.stdout.replace("│", " ").split())
+    assert all(" ".join(w.where.split()) in flat for w in ws)
+    assert len(full.stdout.splitlines()) > len(short.stdout.splitlines())
+
+
 # ----- warnings -----------------------------------------------------------------------------
 
 def test_warnings_flag_personal_data_with_reason_and_place(hostile_artifact):

@@ -8,14 +8,16 @@ been built yet are reported as such and skipped; nothing pretends to have run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
-from rich.rule import Rule
 from rich.table import Table
 
 from selpe_audit.cli.command import Command
@@ -24,6 +26,8 @@ from selpe_audit.errors import UserError
 from selpe_audit.schema import demo_schema_path
 
 DATA = Path(__file__).parents[1] / "data" / "ed_triage_sample.csv"
+REPORT = "report.html"
+LOG_TAIL = 15
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,30 +80,21 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
         run.append(("decode, LLM (off-site)", [
             "decode", str(art), *trust, "--decoder", "llm", "--n", str(llm_n),
             "--out", str(synth_llm)]))
-    non_members = out / "non_members.csv"
-    run += [
-        ("audit: membership inference", [
-            "audit", "mia", "--synthetic", str(synth), "--members", str(DATA),
-            "--non-members", str(non_members), "--schema", schema, "--artifact", str(art),
-            "--trust", str(keys / "release.pub.pem"), "--no-anonymeter",
-            "--report", str(out / "audit-mia.json")]),
-        ("audit: fidelity", ["audit", "fidelity", "--synthetic", str(synth), "--real", str(DATA),
-                             "--schema", schema, "--report", str(out / "audit-fidelity.json")]),
-        ("audit: utility", ["audit", "utility", "--synthetic", str(synth),
-                            "--real-train", str(DATA), "--real-test", str(non_members),
-                            "--schema", schema, "--report", str(out / "audit-utility.json")]),
-    ]
+    run.append(("audit report (enclave)", [
+        "audit", "report", "--synthetic", str(synth), "--real-train", str(DATA),
+        "--real-test", str(out / "non_members.csv"), "--schema", schema, "--artifact", str(art),
+        "--trust", str(keys / "release.pub.pem"), "--out", str(out / REPORT)]))
     return run
 
 
 def _run(args: argparse.Namespace) -> int:
     from selpe_audit.cli.main import build_parser, load_commands  # the registry, at run time
 
-    con = Console(highlight=False)
+    con = Console(highlight=False, file=sys.stdout)
     out = Path(args.out)
     if out.exists() and not args.keep:
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     # Fictional people who are not in the released sample: the audits' non-members.
     write_rows(generate_rows(400, seed=1), out / "non_members.csv")
     # A public candidate pool: fictional records from another seed, no person ids.
@@ -107,26 +102,86 @@ def _run(args: argparse.Namespace) -> int:
         json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
         for r in generate_rows(300, seed=2)))
     parser = build_parser(load_commands())
-    summary = Table(title="demo summary")
-    summary.add_column("step")
-    summary.add_column("result")
-    for title, argv in steps(out, args.epsilon, args.n, args.llm_n, args.llm_candidates):
-        con.print(Rule(f"[bold]{title}[/]: selpe-audit {' '.join(argv)}"))
-        ns = parser.parse_args(argv)
+    run = steps(out, args.epsilon, args.n, args.llm_n, args.llm_candidates)
+    con.print(f"[bold]selpe-audit demo[/]: {len(run)} steps on the fictional demo data; each "
+              f"step's full output goes to {out}/logs/")
+    for i, (title, argv) in enumerate(run, 1):
+        log = out / "logs" / f"{i:02d}-{argv[0]}{'-' + argv[1] if argv[0] == 'audit' else ''}.log"
         t0 = time.perf_counter()
-        try:
-            code = int(ns._run(ns) or 0)
-            took = f"{time.perf_counter() - t0:.0f} s"
-            summary.add_row(title, f"[green]done[/] ({took})" if code == 0
-                            else f"[red]exit {code}[/] ({took})")
-        except UserError:
-            summary.add_row(title, "[red]failed[/]")
-            con.print(summary)
-            raise
-    con.print(summary)
+        with con.status(f"{title}: selpe-audit {argv[0]} ..."):
+            code, error = _step(parser, argv, log)
+        took = f"{time.perf_counter() - t0:.0f} s"
+        if error is not None or code != 0:
+            con.print(f"[red]✗[/] {title} ({took}): "
+                      + (error or f"exit {code}") + f"\n  command: selpe-audit {' '.join(argv)}"
+                      f"\n  last lines of {log}:")
+            con.print("\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL:]),
+                      markup=False)
+            if error is not None:
+                return 2
+            continue  # an audit that finds a violation exits 1: show it, go on
+        con.print(f"[green]✓[/] {title} ({took}): {step_summary(argv, out, log)}",
+                  markup=True, highlight=False)
     con.print(results_table(out))
+    report = _load(out / REPORT.replace(".html", ".json"))
+    if report:
+        con.print(f"[bold]audit report[/]: {out / REPORT} (open it in a browser; statistics of "
+                  "private rows, not DP: it stays in the enclave)")
     con.print(f"everything is under {out}/")
     return 0
+
+
+def _step(parser: argparse.ArgumentParser, argv: list[str],
+          log: Path) -> tuple[int, str | None]:
+    """Run one subcommand in this process with its output in ``log``; (exit code, the
+    one-line error of a user error, else None)."""
+    ns = parser.parse_args(argv)
+    with log.open("w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+        try:
+            return int(ns._run(ns) or 0), None
+        except UserError as e:
+            print(f"error: {e}")
+            return 2, str(e)
+
+
+def _warning_kinds(art: Path) -> str:
+    from selpe_audit.artifact.document import read_release_unverified
+    from selpe_audit.review.view import as_view, review_warnings
+
+    kinds = Counter(w.kind for w in review_warnings(as_view(read_release_unverified(art))))
+    if not kinds:
+        return "no warnings"
+    counted = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+    return (f"{sum(kinds.values())} warnings ({counted}); each one is on "
+            f"{art / 'review.html'} and in 'selpe-audit review --all'")
+
+
+def step_summary(argv: list[str], out: Path, log: Path) -> str:
+    """One line per step, read back from what the step wrote."""
+    cmd = argv[0]
+    if cmd == "keygen":
+        return f"-> {argv[1]} (private, 0600) and {Path(argv[1]).stem}.pub.pem"
+    if cmd == "approve":
+        return f"the reviewer key signed release.json -> {Path(argv[1]) / 'signatures'}/"
+    if cmd == "release":
+        art = _load(out / "release" / "release.json")
+        if art:
+            led = art["ledger"]
+            return (f"epsilon {led['total_epsilon']:.4g} of {art['budget']['epsilon']:g} spent "
+                    f"by {len(led['entries'])} OpenDP mechanisms -> {out / 'release'}")
+    if cmd == "review":
+        return _warning_kinds(out / "release")
+    if cmd == "decode":
+        target = Path(argv[argv.index("--out") + 1])
+        prov = _load(target.with_name(f"{target.name}.provenance.json"))
+        if prov:
+            return (f"{prov['output']['rows']} records, "
+                    f"{100 * prov['validity']['share_valid']:.0f} % valid, "
+                    f"{prov['generation']['records_per_s']:.3g} records/s -> {target}")
+    if cmd == "audit" and (out / REPORT).exists():
+        return f"-> {out / REPORT}"
+    lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    return lines[-1].strip() if lines else "done"
 
 
 def _load(path: Path) -> dict | None:
@@ -147,33 +202,29 @@ def results_table(out: Path) -> Table:
         if sel:
             t.add_row("SelPE selection", f"T = {sel['T']} rounds, K = {sel['K']}, b = {sel['b']}, "
                       f"candidates: {sel['candidates'].get('kind', '?')}")
-    for name in ("synthetic.parquet", "synthetic_llm.parquet"):
-        prov = _load(out / f"{name}.provenance.json")
-        if prov:
-            gen = prov["generation"]
-            t.add_row(f"decoded: {name}", f"{prov['output']['rows']} records, decoder "
-                      f"{prov['settings']['decoder']}, {100 * prov['validity']['share_valid']:.0f} "
-                      f"% valid, {gen['records_per_s']:.2f} records/s")
-    fid = _load(out / "audit-fidelity.json")
-    if fid:
-        r = fid["result"]
-        t.add_row("validity (strict JSON Schema)", f"{100 * r['validity']['strict_valid']:.1f} %")
-        t.add_row("fidelity: mean 1-way / 2-way TVD",
-                  f"{r['overall']['mean_1way']:.3f} / {r['overall']['mean_2way']:.3f}")
-    mia = _load(out / "audit-mia.json")
-    if mia:
-        r = mia["result"]
-        bound = r.get("dp_bound", {}).get("tpr_max", [{}])[0].get("tpr_max")
-        for name, a in r["attacks"].items():
-            tpr = a["tpr_at_fpr"][0]["tpr"]
-            t.add_row(f"MIA ({name} DCR): AUC, TPR @ FPR 1 %",
-                      f"{a['roc_auc']:.3f}, {tpr:.3f}"
-                      + (f" (DP bound <= {bound:.3f})" if bound is not None else ""))
-    util = _load(out / "audit-utility.json")
-    if util:
-        for name, m in util["result"]["models"].items():
-            t.add_row(f"utility ({name}): TSTR AUC vs real",
-                      f"{m['synthetic']['macro_auc']:.3f} vs {m['real_sample']['macro_auc']:.3f}")
+    report = _load(out / REPORT.replace(".html", ".json"))
+    if not report:
+        return t
+    r = report["result"]
+    t.add_row("validity (strict JSON Schema)", f"{100 * r['validity']['strict_valid']:.1f} %")
+    t.add_row("fidelity: mean 1-way TVD (worst field)",
+              f"{sum(f['tvd'] for f in r['fields']) / len(r['fields']):.3f} "
+              f"({r['fields'][0]['field']} {r['fields'][0]['tvd']:.3f})")
+    for name, m in r["utility"]["models"].items():
+        t.add_row(f"utility ({name}): TSTR AUC vs real",
+                  f"{m['synthetic']['macro_auc']:.3f} vs {m['real_sample']['macro_auc']:.3f}")
+    for name, q in (r["utility"].get("text") or {}).items():
+        t.add_row(f"text TSTR ({name}) vs real", f"{q['tstr']['synthetic']['macro_auc']:.3f} vs "
+                  f"{q['tstr']['real_sample']['macro_auc']:.3f}")
+    bound = r["mia"].get("dp_bound", {}).get("tpr_max", [{}])[0].get("tpr_max")
+    for name, a in r["mia"]["attacks"].items():
+        tpr = a["tpr_at_fpr"][0]["tpr"]
+        t.add_row(f"MIA ({name} DCR): AUC, TPR @ FPR 1 %",
+                  f"{a['roc_auc']:.3f}, {tpr:.3f}"
+                  + (f" (DP bound <= {bound:.3f})" if bound is not None else ""))
+    sd = r.get("sdmetrics", {})
+    if sd.get("status") == "ok":
+        t.add_row("SDMetrics quality score (independent)", f"{100 * sd['score']:.1f} %")
     return t
 
 

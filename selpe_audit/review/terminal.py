@@ -315,6 +315,27 @@ def _warnings_table(warnings: list[ReviewWarning]) -> Table | Text:
     return t
 
 
+def _warnings_by_kind(warnings: list[ReviewWarning], page: str) -> Table | Text:
+    """Warnings counted by kind, with the first place each was found: every one of them is
+    on the review page and in ``review --all``."""
+    if not warnings:
+        return Text("no warnings", "green")
+    kinds: dict[str, list[ReviewWarning]] = {}
+    for w in warnings:
+        kinds.setdefault(w.kind, []).append(w)
+    t = Table(title=Text(f"warnings ({len(warnings)}): counted by kind", "bold yellow"),
+              title_justify="left",
+              caption=Text(f"every warning, with its reason: {page} or "
+                           "'selpe-audit review --all'"), caption_justify="left")
+    for col in ("kind", "count", "first found at"):
+        t.add_column(col, overflow="fold")
+    for kind, ws in kinds.items():
+        more = f" and {len(ws) - 1} more" if len(ws) > 1 else ""
+        t.add_row(_t(kind, "yellow" if kind == "small counts" else "bold red"),
+                  _t(len(ws)), _t(f"{ws[0].where}{more}"))
+    return t
+
+
 def _review_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("artifact", help="artifact folder (holds release.json and signatures/)")
     p.add_argument("--trust", action="append", default=[], metavar="KEY.pub.pem",
@@ -325,6 +346,9 @@ def _review_args(p: argparse.ArgumentParser) -> None:
                         "(default: the key release.json names, which proves nothing)")
     p.add_argument("--html", type=Path, metavar="PATH",
                    help=f"where to write the review page (default ARTIFACT/{REVIEW_FILE})")
+    p.add_argument("--all", action="store_true",
+                   help="list every warning with its reason (default: counted by kind; the "
+                        "review page lists them all either way)")
 
 
 def _review(args: argparse.Namespace) -> int:
@@ -343,12 +367,13 @@ def _review(args: argparse.Namespace) -> int:
     con.print(_signature_table(statuses, trust))
     con.print(_summary_table(view, sha))
     if warnings:
-        con.print(Text(f"{len(warnings)} warning(s): listed at the end", "bold yellow"))
+        con.print(Text(f"{len(warnings)} warning(s): at the end", "bold yellow"))
     con.print(_ledger_table(view))
     con.print(_guarantees(view))
     for part in [*_counts(view), *_exemplars(view)]:
         con.print(part)
-    con.print(_warnings_table(warnings))
+    page = args.html or d / REVIEW_FILE
+    con.print(_warnings_table(warnings) if args.all else _warnings_by_kind(warnings, str(page)))
     path = write_review_html(d, doc, signature_status=statuses, path=args.html,
                              release_key_id=release_kid)
     con.print(Text(f"wrote {path} (derived from release.json, not itself trusted)"))
@@ -362,7 +387,8 @@ REVIEW = Command(
                 "signature against the keys given with --trust, dataset, schema hash and "
                 "versions, the privacy ledger, the guarantees in plain words, every released "
                 "number (histograms drawn as bars), the exemplars and warnings (high epsilon, "
-                "small or negative noisy counts, exemplar text that looks like personal data). "
+                "small or negative noisy counts, exemplar text that looks like personal data), "
+                "counted by kind (--all lists each). "
                 "Also (re)writes review.html, a self-contained page of the same.",
     add_arguments=_review_args,
     run=_review,
@@ -417,7 +443,7 @@ def _approve(args: argparse.Namespace) -> int:
     con.print(_summary_table(view, sha))
     con.print(_ledger_table(view))
     con.print(_guarantees(view))
-    con.print(_warnings_table(warnings))
+    con.print(_warnings_by_kind(warnings, str(d / REVIEW_FILE)))
     con.print(Text("Have you run 'selpe-audit review' and read every number? Approving signs "
                    "these exact bytes with your key.", "bold"))
     question = Text(display_text(f"Approve {doc.get('dataset')} (release.json SHA-256 "
