@@ -28,6 +28,7 @@ from rich.table import Table
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from audits import stats
+from audits.scoring import TOKEN_PATTERN
 from selpe_audit.artifact.guarantees import advantage_bound, tpr_bound
 from selpe_audit.kernel.distance import Kernel, KernelConfig, TextEncoder
 from selpe_audit.schema import Schema, format_value
@@ -35,8 +36,6 @@ from selpe_audit.schema import Schema, format_value
 VARIANTS = ("kernel", "tfidf")
 FPRS = (0.01, 0.001)
 _CELLS = 4_000_000  # targets x synthetic distances held at once (per channel, float64)
-# Word tokens that keep decimals and hyphenated categories whole ("37.1", "walk-in").
-_TOKEN_PATTERN = r"(?u)\w+(?:[.\-]\w+)*"
 
 Row = dict[str, Any]
 
@@ -79,7 +78,7 @@ def tfidf_dcr(schema: Schema, syn: Sequence[Row], targets: Sequence[Row]) -> np.
     """min over synthetic records of 1 - cos(tfidf(target), tfidf(s))."""
     syn_text = [schema.linearize(r) for r in syn]
     tgt_text = [schema.linearize(r) for r in targets]
-    vec = TfidfVectorizer(token_pattern=_TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True,
+    vec = TfidfVectorizer(token_pattern=TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True,
                           dtype=np.float64)
     vec.fit(syn_text + tgt_text)
     s, t = vec.transform(syn_text), vec.transform(tgt_text)  # rows are L2-normalised

@@ -31,7 +31,7 @@ from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from audits.utility import _TOKEN_PATTERN, _fit_predict, macro_ovr_auc
+from audits.scoring import TOKEN_PATTERN, fit_predict, macro_ovr_auc
 from selpe_audit.schema import Schema
 
 NEAR_COPY_THRESHOLD = 0.9
@@ -56,13 +56,13 @@ def text_tstr(schema: Schema, name: str, train: Sequence[Row], test: Sequence[Ro
     """One field's text alone -> label (TF-IDF word 1-2 grams + LR, as ``tfidf_logreg``)."""
     y_train = np.array([r[schema.label] for r in train])
     y_test = np.array([r[schema.label] for r in test])
-    vec = TfidfVectorizer(token_pattern=_TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True)
+    vec = TfidfVectorizer(token_pattern=TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True)
     try:
         x_tr = vec.fit_transform(_texts(train, name))
     except ValueError:  # no words at all (empty texts or no rows): nothing to learn
         return {"n": len(train), **macro_ovr_auc(y_test, None, [], schema.classes)}
     lr = LogisticRegression(max_iter=2000, random_state=seed)
-    proba, cls = _fit_predict(lr, x_tr, y_train, vec.transform(_texts(test, name)))
+    proba, cls = fit_predict(lr, x_tr, y_train, vec.transform(_texts(test, name)))
     return {"n": len(train), **macro_ovr_auc(y_test, proba, cls, schema.classes)}
 
 
@@ -119,7 +119,7 @@ def near_copies(syn: Sequence[str], private: Sequence[str], test: Sequence[str],
 def _distinct_n(texts: Sequence[str], n: int) -> float | None:
     grams: list[tuple[str, ...]] = []
     for t in texts:
-        words = re.findall(_TOKEN_PATTERN, t.lower())
+        words = re.findall(TOKEN_PATTERN, t.lower())
         grams.extend(zip(*(words[i:] for i in range(n)), strict=False))
     return len(set(grams)) / len(grams) if grams else None
 

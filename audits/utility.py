@@ -27,7 +27,7 @@ Everything is seeded (sampling, models); no DP noise is involved, so a rerun wit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -35,15 +35,13 @@ from rich.table import Table
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
+from audits import text_quality
+from audits.scoring import TOKEN_PATTERN, fit_predict, macro_ovr_auc
 from selpe_audit.kernel.distance import TextEncoder
 from selpe_audit.schema import Schema
-
-if TYPE_CHECKING:
-    from audits.text_quality import PublicTexts
 
 #: This project's evaluator first, then the standard tabular one (``STANDARD``).
 MODELS = ("tfidf_logreg", "hgb_embeddings", "onehot_logreg", "hgb_native")
@@ -52,7 +50,6 @@ STANDARD = ("onehot_logreg", "hgb_native")
 #: oversubscribed CPU, OpenMP's spin-waiting made a 150 x 405 fit 12x slower with 2 threads
 #: (61 s vs 5 s, measured), and small fits gain nothing from threads anyway.
 SINGLE_THREAD_CELLS = 5_000_000
-_TOKEN_PATTERN = r"(?u)\w+(?:[.\-]\w+)*"
 
 Row = dict[str, Any]
 
@@ -128,7 +125,7 @@ def evaluate_standard(schema: Schema, train: Sequence[Row], test: Sequence[Row],
     x_tr = np.hstack([scaler.transform(num_tr) if scaler else num_tr, _onehot(cat_tr, sizes)])
     x_te = np.hstack([scaler.transform(num_te) if scaler else num_te, _onehot(cat_te, sizes)])
     lr = LogisticRegression(max_iter=2000, random_state=seed)
-    proba, cls = _fit_predict(lr, x_tr, y_train, x_te)
+    proba, cls = fit_predict(lr, x_tr, y_train, x_te)
     out["onehot_logreg"] = macro_ovr_auc(y_test, proba, cls, schema.classes)
     x_tr, x_te = np.hstack([num_tr, cat_tr]), np.hstack([num_te, cat_te])
     categorical = [False] * num_tr.shape[1] + [True] * cat_tr.shape[1]
@@ -136,7 +133,7 @@ def evaluate_standard(schema: Schema, train: Sequence[Row], test: Sequence[Row],
                                          categorical_features=np.array(categorical))
     threads = 1 if x_tr.size < SINGLE_THREAD_CELLS else None
     with threadpool_limits(limits=threads, user_api="openmp"):
-        proba, cls = _fit_predict(hgb, x_tr, y_train, x_te)
+        proba, cls = fit_predict(hgb, x_tr, y_train, x_te)
     out["hgb_native"] = macro_ovr_auc(y_test, proba, cls, schema.classes)
     return out
 
@@ -162,7 +159,7 @@ def evaluate_record_text(schema: Schema, train: Sequence[Row], test: Sequence[Ro
     sparse_tr, sparse_te = [csr_matrix(base_tr)], [csr_matrix(base_te)]
     dense_tr, dense_te = [base_tr], [base_te]
     for f in schema.by_kind("text"):
-        vec = TfidfVectorizer(token_pattern=_TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True)
+        vec = TfidfVectorizer(token_pattern=TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True)
         try:
             t_tr = vec.fit_transform([str(r.get(f.name) or "") for r in train])
         except ValueError:  # no word in any training text
@@ -175,40 +172,15 @@ def evaluate_record_text(schema: Schema, train: Sequence[Row], test: Sequence[Ro
             dense_tr.append(svd.transform(t_tr))
             dense_te.append(svd.transform(t_te))
     lr = LogisticRegression(max_iter=2000, random_state=seed)
-    proba, cls = _fit_predict(lr, hstack(sparse_tr).tocsr(), y_train, hstack(sparse_te).tocsr())
+    proba, cls = fit_predict(lr, hstack(sparse_tr).tocsr(), y_train, hstack(sparse_te).tocsr())
     out = {"lr": macro_ovr_auc(y_test, proba, cls, schema.classes)}
     hgb = HistGradientBoostingClassifier(random_state=seed, early_stopping=False)
     x_tr, x_te = np.hstack(dense_tr), np.hstack(dense_te)
     with threadpool_limits(limits=1 if x_tr.size < SINGLE_THREAD_CELLS else None,
                            user_api="openmp"):
-        proba, cls = _fit_predict(hgb, x_tr, y_train, x_te)
+        proba, cls = fit_predict(hgb, x_tr, y_train, x_te)
     out["gb"] = macro_ovr_auc(y_test, proba, cls, schema.classes)
     return out
-
-
-def macro_ovr_auc(y_test: np.ndarray, proba: np.ndarray | None, model_classes: Sequence[Any],
-                  classes: Sequence[Any]) -> dict[str, Any]:
-    """Mean over classes present in the test set (with both outcomes) of the one-vs-rest
-    AUC; a class the model never saw gets a constant score (AUC 0.5)."""
-    per_class: dict[str, float] = {}
-    col = {c: i for i, c in enumerate(model_classes)}
-    for c in classes:
-        pos = y_test == c
-        if pos.all() or not pos.any():
-            continue
-        score = (proba[:, col[c]] if proba is not None and c in col
-                 else np.zeros(len(y_test)))
-        per_class[str(c)] = float(roc_auc_score(pos, score))
-    macro = float(np.mean(list(per_class.values()))) if per_class else None
-    return {"macro_auc": macro, "per_class_auc": per_class}
-
-
-def _fit_predict(model: Any, x_train: Any, y_train: np.ndarray,
-                 x_test: Any) -> tuple[np.ndarray | None, list[Any]]:
-    if len(np.unique(y_train)) < 2:  # nothing to learn: constant scores
-        return None, []
-    model.fit(x_train, y_train)
-    return model.predict_proba(x_test), list(model.classes_)
 
 
 def evaluate(schema: Schema, train: Sequence[Row], test: Sequence[Row],
@@ -217,17 +189,17 @@ def evaluate(schema: Schema, train: Sequence[Row], test: Sequence[Row],
     y_train = np.array([r[schema.label] for r in train])
     y_test = np.array([r[schema.label] for r in test])
     out: dict[str, Any] = {}
-    vec = TfidfVectorizer(token_pattern=_TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True)
+    vec = TfidfVectorizer(token_pattern=TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True)
     x_tr = vec.fit_transform([text_without_label(schema, r) for r in train])
     x_te = vec.transform([text_without_label(schema, r) for r in test])
     lr = LogisticRegression(max_iter=2000, random_state=seed)
-    proba, cls = _fit_predict(lr, x_tr, y_train, x_te)
+    proba, cls = fit_predict(lr, x_tr, y_train, x_te)
     out["tfidf_logreg"] = macro_ovr_auc(y_test, proba, cls, schema.classes)
     hgb = HistGradientBoostingClassifier(random_state=seed, early_stopping=False)
     x_tr, x_te = tabular_features(schema, train, embedder), tabular_features(schema, test, embedder)
     threads = 1 if x_tr.size < SINGLE_THREAD_CELLS else None
     with threadpool_limits(limits=threads, user_api="openmp"):
-        proba, cls = _fit_predict(hgb, x_tr, y_train, x_te)
+        proba, cls = fit_predict(hgb, x_tr, y_train, x_te)
     out["hgb_embeddings"] = macro_ovr_auc(y_test, proba, cls, schema.classes)
     return {**out, **evaluate_standard(schema, train, test, seed)}
 
@@ -242,13 +214,11 @@ def real_sample_like(real_train: Sequence[Row], n: int, seed: int) -> list[Row]:
 
 def run_utility(schema: Schema, syn: Sequence[Row], real_train: Sequence[Row],
                 real_test: Sequence[Row], embedder: TextEncoder | None,
-                seed: int = 0, public_texts: PublicTexts | None = None,
+                seed: int = 0, public_texts: text_quality.PublicTexts | None = None,
                 extra_texts: Mapping[str, Sequence[Row]] | None = None) -> dict[str, Any]:
     """Every model on synthetic vs. a same-size real sample; with free-text fields, also the
     text-quality report (`audits.text_quality`; ``public_texts`` and ``extra_texts`` are its
     ``public`` and ``extra``) under "text"."""
-    from audits import text_quality  # imports this module: import it when needed
-
     real_sample = real_sample_like(real_train, len(syn), seed)
     on_syn = evaluate(schema, syn, real_test, embedder, seed)
     on_real = evaluate(schema, real_sample, real_test, embedder, seed)
@@ -296,6 +266,4 @@ def render(report: dict[str, Any], console: Console) -> None:
                   fmt(m["gap"]))
     console.print(t)
     if r.get("text"):
-        from audits import text_quality
-
         text_quality.render(r["text"], console)

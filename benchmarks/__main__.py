@@ -169,8 +169,9 @@ def _entry(name: str, result: dict[str, Any], quick: bool, seconds: float,
 def write_results(path: Path, entries: dict[str, dict[str, Any]]) -> None:
     """RESULTS.json beside ``path`` with every benchmark's latest entry (so a run of a subset
     with ``--only`` keeps the others), then the page at ``path`` rendered from it."""
-    path.with_suffix(".json").write_text(json.dumps(entries, indent=2, default=str) + "\n")
-    render(path, entries)
+    from benchmarks.report import write_results as write
+
+    write(path, entries, list(BENCHMARKS))
 
 
 def render(path: Path, entries: dict[str, dict[str, Any]]) -> None:

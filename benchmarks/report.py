@@ -8,6 +8,7 @@ the page: every number stays in RESULTS.json.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -476,3 +477,10 @@ def write_page(path: Path, entries: dict[str, dict[str, Any]], order: Sequence[s
                 links.append((caption, f"plots/{name}-{stem}.svg"))
         lines += section(name, entries[name], links)
     path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+
+
+def write_results(path: Path, entries: dict[str, dict[str, Any]], order: Sequence[str]) -> None:
+    """RESULTS.json beside ``path``, then the page at ``path`` rendered from it (sections in
+    ``order``, then any others)."""
+    path.with_suffix(".json").write_text(json.dumps(entries, indent=2, default=str) + "\n")
+    write_page(path, entries, order)

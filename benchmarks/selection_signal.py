@@ -285,7 +285,7 @@ def _quotas_only(quick: bool, repeats: int | None) -> None:
     """The quota table alone (4 minutes), added to the recorded full run's entry."""
     from pathlib import Path
 
-    from benchmarks.__main__ import write_results
+    from benchmarks.report import write_results
 
     s = dict(QUICK if quick else FULL, **({} if repeats is None else {"repeats": repeats}))
     cells = quota_grid(demo(s["demo_pool"]), s)
@@ -293,7 +293,7 @@ def _quotas_only(quick: bool, repeats: int | None) -> None:
     page = Path(__file__).with_name("RESULTS.md")
     entries = json.loads(page.with_suffix(".json").read_text())
     entries["selection_signal"]["result"] |= {"quotas": cells, "quota_table": quota_table(cells)}
-    write_results(page, entries)
+    write_results(page, entries, list(entries))  # the page's order as recorded
 
 
 if __name__ == "__main__":

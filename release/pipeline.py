@@ -374,8 +374,12 @@ def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: CandidateSourc
     sel = cfg.selection
     mode = get(sel.mode)
     rounds = run.rounds
+    d = mode.descriptor
     out: dict[str, Any] = {
         "mode": sel.mode,
+        # what review and decode need of the mode, so a plugin's mode reads off-site
+        "mode_description": {"accounting": d.accounting, "review": d.review,
+                             "mechanism": d.mechanism, "person_bounding": d.person_bounding},
         "T": sel.rounds, "K": sel.k, "b": sel.batches, "q": sel.q,
         **({"utility": sel.utility} if sel.mode == "selpe" else {}),
         "schedule": [r.epsilon if r.rho is None else r.rho for r in rounds],

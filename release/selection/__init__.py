@@ -8,15 +8,23 @@
 - `candidates`: where candidates come from (public pool or local LLM);
 - `types`: the shared data types.
 
-Importing the package registers the built-in modes. Modules here import `release.config`,
-`release.ledger`, `release.opendp_mechanisms` (every OpenDP call) and the shared core, and
-never the package itself, so there are no cycles (import-linter checks it).
+Importing the package registers the built-in modes, then the modes of installed plugins
+(entry-point group ``selpe_audit.selection_modes``, `registry.load_plugins`). Modules here
+import `release.config`, `release.ledger`, `release.opendp_mechanisms` (every OpenDP call)
+and the shared core, and never the package itself, so there are no cycles (import-linter
+checks it).
 """
 
 from release.selection import pe_histogram, representatives, selpe
 from release.selection.candidates import CandidateSource, LLMSource, PoolSource
 from release.selection.loop import run_selection
-from release.selection.registry import SelectionMode, get, register, selection_modes
+from release.selection.registry import (
+    SelectionMode,
+    get,
+    load_plugins,
+    register,
+    selection_modes,
+)
 from release.selection.types import (
     Accounting,
     OneClassPerUnit,
@@ -25,6 +33,8 @@ from release.selection.types import (
     SelectionRun,
     unit_ids,
 )
+
+load_plugins()  # modes of other packages, after the built-ins (selpe stays the default)
 
 __all__ = ["Accounting", "CandidateSource", "LLMSource", "OneClassPerUnit", "PoolSource",
            "PrivateClasses",

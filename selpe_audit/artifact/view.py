@@ -345,6 +345,12 @@ class Selection:
     kernel: Mapping[str, Any] | None
     rounds: tuple[SelectionRound, ...]
 
+    @property
+    def description(self) -> Mapping[str, Any]:
+        """What the release said of its mode (``mode_description``): enough to read the block
+        where the mode is not installed."""
+        return as_dict(self.config.get("mode_description"))
+
     def exemplars(self) -> Iterator[Exemplar]:
         """Every selected record in document order (non-records read as empty ones)."""
         for r in self.rounds:

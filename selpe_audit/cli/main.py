@@ -64,7 +64,11 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    parser = build_parser(load_commands())
+    try:  # a stage's plugins load with its command (e.g. release's selection modes)
+        parser = build_parser(load_commands())
+    except UserError as e:
+        err.print(f"[bold red]selpe-audit: error:[/] {escape(str(e))}")
+        return e.exit_code
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

@@ -427,7 +427,9 @@ def _selection(view: ReleaseView) -> str:
                          f"{_e(eps.get(rnd))}</span></h3>")
         parts.append(f'<h4>{_e(label)} {_e(cls)}</h4><div class="cards">{"".join(cards)}</div>')
     mode = find_mode(sel.mode)
-    how = mode.review if mode is not None else "DP noisy max"
+    said = sel.description.get("review")
+    how = said if isinstance(said, str) else mode.review if mode is not None else (
+        f"the '{fmt_value(sel.mode)}' mode (not described in the artifact)")
     return _section("selection", "Exemplars (synthetic records chosen by DP selection)",
                     f"<p>Winners were chosen with {_e(how)} among candidates generated from "
                     "public inputs; partners are non-private contrastive examples. All are "

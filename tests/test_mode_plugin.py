@@ -1,0 +1,94 @@
+"""A selection mode from another package (an entry point) releases here, and the artifact it
+writes is reviewed and decoded in processes where that package is not installed (issue 34)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.schema import demo_schema_path
+from tests.conftest import DEMO_SAMPLE
+
+EXE = shutil.which("selpe-audit") or str(Path(__file__).parents[1] / ".venv/bin/selpe-audit")
+
+TOY = '''"""A toy selection mode in its own package: the selpe round under another name."""
+from dataclasses import replace
+
+from release.selection.registry import register
+from release.selection.selpe import SelpeMode
+from selpe_audit.artifact.modes import SELPE
+
+
+class ToyMode(SelpeMode):
+    descriptor = replace(SELPE, name="toy-max", help="a plugin's mode (the selpe round)",
+                         review="the toy plugin's noisy max",
+                         mechanism="report noisy max per batch (toy plugin)")
+
+
+MODE = register(ToyMode())
+'''
+
+
+def _plugin(folder: Path) -> Path:
+    """The package and its installed metadata (a dist-info with the entry point)."""
+    folder.mkdir()
+    (folder / "toy_mode.py").write_text(TOY)
+    info = folder / "toy_mode-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-mode\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[selpe_audit.selection_modes]\ntoy = toy_mode\n")
+    return folder
+
+
+def _run(*args: str, plugin: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="200")
+    env.pop("PYTHONPATH", None)
+    if plugin is not None:
+        env["PYTHONPATH"] = str(plugin)
+    return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_plugin_mode_releases_and_reads_off_site_without_the_plugin(tmp_path, keys):
+    plugin = _plugin(tmp_path / "plugin")
+    helped = _run("release", "--help", plugin=plugin)
+    assert "toy-max" in helped.stdout
+    assert "toy-max" not in _run("release", "--help").stdout  # not installed: not offered
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
+                            for r in generate_rows(200, seed=2)))
+    priv, pub, _ = keys[0]
+    art = tmp_path / "out" / "release"
+    r = _run("release", "--data", str(DEMO_SAMPLE), "--schema", str(demo_schema_path()),
+             "--key", str(priv), "--out", str(art), "--selection", "toy-max", "--candidates",
+             str(pool), "--dataset", "plugin-demo", plugin=plugin)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads((art / "release.json").read_text())
+    assert doc["selection"]["mode"] == "toy-max"
+    assert doc["selection"]["mode_description"]["review"] == "the toy plugin's noisy max"
+    assert any(e["mechanism"] == "report noisy max per batch (toy plugin)"
+               for e in doc["ledger"]["entries"])
+    # off-site: the plugin is not installed in these processes
+    rv = _run("review", str(art), "--release-key", str(pub))
+    assert rv.returncode == 0, rv.stdout[-2000:] + rv.stderr[-2000:]
+    assert "the toy plugin&#x27;s noisy max" in (art / "review.html").read_text()
+    out = tmp_path / "syn.csv"
+    d = _run("decode", str(art), "--release-key", str(pub), "--decoder", "model", "--n", "40",
+             "--out", str(out))
+    assert d.returncode == 0, d.stdout[-2000:] + d.stderr[-2000:]
+    assert len(out.read_text().splitlines()) == 41
+
+
+def test_a_broken_plugin_is_one_line_naming_it(tmp_path):
+    plugin = _plugin(tmp_path / "plugin")
+    (plugin / "toy_mode.py").write_text("raise ImportError('no such thing')\n")
+    r = _run("release", "--help", plugin=plugin)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "selection mode plugin 'toy' (toy_mode) failed to load" in r.stderr
