@@ -158,13 +158,8 @@ def release_child(overrides: dict[str, Any], config: Path | None = None,
 # ----- decode and score ----------------------------------------------------------------------
 
 def decoder_for(mode: str) -> str:
-    """The marginals decoder for mode "marginals", the model decoder for the others (the
-    marginals decoder where this checkout has no model decoder yet: reported as such)."""
-    from decode.pipeline import DECODERS
-
-    if mode == "marginals":
-        return "marginals"
-    return "model" if "model" in DECODERS else "marginals"
+    """The marginals decoder for mode "marginals", the model decoder for the others."""
+    return "marginals" if mode == "marginals" else "model"
 
 
 def decode(artifact: Path, trust: Path, out: Path, n: int, decoder: str,

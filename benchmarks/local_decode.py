@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from decode.pipeline import DecodeSettings, RecordSource, make_decoder, plan, select
+from decode.decoders import RecordSource
+from decode.pipeline import DecodeSettings, make_decoder, plan, select
 from decode.released import Released
 from decode.select_top import artifact_kernel
 from selpe_audit.models import Models, shared

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from decode.chunks import CHUNK_ROWS
-from decode.pipeline import DECODERS, DecodeSettings, run_decode
+from decode.decoders import decoder_names, registry
+from decode.pipeline import DEFAULT_DECODER, DecodeSettings, run_decode
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 
@@ -35,10 +36,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-layers", type=int, default=None,
                    help=f"layers to offload to a GPU, -1 = all (default: ${GPU_ENV} or 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
-    p.add_argument("--decoder", choices=DECODERS, default="llm",
-                   help="llm (default); marginals: the no-LLM baseline (independent fields); "
-                        "model: whole records from the released counts model (artifacts "
-                        "released with [counts] mode = \"fixed\", \"aim\" or \"mst\")")
+    p.add_argument("--decoder", choices=decoder_names(), default=DEFAULT_DECODER,
+                   help=registry.help_text(DEFAULT_DECODER))
     p.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS, metavar="R",
                    help=f"rows made, selected, fitted and written at a time (default "
                         f"{CHUNK_ROWS:,}): memory is flat in --n; a crash loses at most the "

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -36,13 +36,11 @@ from rich.console import Console
 from decode.allocation import allocate
 from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.chunks import CHUNK_ROWS, Chunk, ChunkStats, ChunkStore, chunk_plan, join_pieces
+from decode.decoders import RecordSource, decoder_names, get
+from decode.decoders.model import NO_MODEL
 from decode.fidelity import cell_counts, tvd_from_counts
 from decode.fit import FitConfig, class_margins, fit_class, l1_distance
-from decode.hybrid import HybridDecoder
-from decode.llm import LLMDecoder
-from decode.marginals import MarginalsDecoder
 from decode.merge import merge_shards
-from decode.model import ModelDecoder
 from decode.progress import GenerationProgress
 from decode.released import Released, released_view
 from decode.select_top import artifact_kernel, closest, winner_distances
@@ -68,19 +66,8 @@ from selpe_audit.models import Models, shared
 
 __all__ = ["PROVENANCE_FORMAT", "DecodeResult", "DecodeSettings", "plan", "run_decode"]
 
-DECODERS = ("llm", "marginals", "model")
+DEFAULT_DECODER = "llm"
 _FIT_STREAM = 2  # seeds of the fit's draws, apart from the marginals (1) and model (3) decoders
-
-
-class RecordSource(Protocol):
-    """A decoder: a deterministic stream of valid records per class."""
-
-    name: str
-    validity: float
-
-    def describe(self) -> dict[str, Any]: ...
-
-    def generate(self, class_value: Any, start: int, total: int, on_record: Any) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +76,7 @@ class DecodeSettings:
     and a bad value is a one-line `UserError` before anything is read."""
 
     n: int
-    decoder: str = "llm"
+    decoder: str = DEFAULT_DECODER
     seed: int = 0
     overgenerate: float = 2.0
     select_top: bool | None = None  # None: on for the llm decoder only (`selects_top`)
@@ -107,8 +94,8 @@ class DecodeSettings:
     def __post_init__(self) -> None:
         if self.n <= 0:
             raise UserError(f"--n must be a positive number of rows (got {self.n})")
-        if self.decoder not in DECODERS:
-            raise UserError(f"--decoder must be one of {', '.join(DECODERS)}")
+        if self.decoder not in decoder_names():
+            raise UserError(f"--decoder must be one of {', '.join(decoder_names())}")
         if not (math.isfinite(self.overgenerate) and self.overgenerate >= 1):
             raise UserError(f"--overgenerate must be >= 1 (got {self.overgenerate})")
         if not 0 < self.keep_share <= 1:
@@ -125,11 +112,14 @@ class DecodeSettings:
 
     @property
     def selects_top(self) -> bool:
-        """SelectTop, unless asked otherwise, for the llm decoder only: with the marginals
+        """SelectTop, unless asked otherwise, for the LLM decoders only: with the marginals
         and model decoders it moves the histograms away from the released counts (the decode
-        benchmark: TVD 0.049 -> 0.081 and 0.061 -> 0.090) and costs an embedding per
-        candidate."""
-        return self.decoder == "llm" if self.select_top is None else self.select_top
+        benchmark) and costs an embedding per candidate."""
+        return self.needs_llm if self.select_top is None else self.select_top
+
+    @property
+    def needs_llm(self) -> bool:
+        return get(self.decoder).needs_llm
 
     @property
     def parts(self) -> list[Part]:
@@ -206,19 +196,15 @@ def _select_top_note(kernel: Kernel | None, settings: DecodeSettings) -> str:
 
 def make_decoder(released: Released, settings: DecodeSettings, part: Part = WHOLE,
                  llm: LLM | None = None) -> RecordSource:
-    """The decoder ``settings`` name, every draw seeded by the part's seed; the LLM decoders
-    use ``llm`` when given (one model shared by every part) or the process's own."""
-    seed = part.seed(settings.seed)
-    if settings.decoder == "marginals":
-        return MarginalsDecoder(released, seed)
-    if settings.decoder == "model":
-        return ModelDecoder(released, seed)
-    if llm is None:
+    """The decoder ``settings`` name (`decode.decoders`), every draw seeded by the part's
+    seed; an LLM decoder uses ``llm`` when given (one model shared by every part) or the
+    process's own."""
+    spec = get(settings.decoder)
+    if spec.needs_counts_model and released.model is None:
+        raise UserError(NO_MODEL)
+    if spec.needs_llm and llm is None:
         llm = shared().llm(settings.model, gpu_layers=settings.gpu_layers)
-    if settings.hybrid and released.model is not None:
-        return HybridDecoder(released, llm, seed=seed,
-                             paraphrase_phrases=settings.paraphrase_phrases)
-    return LLMDecoder(released, llm, seed=seed, two_stage=settings.two_stage)
+    return spec.build(released, settings, part.seed(settings.seed), llm)
 
 
 @dataclass(frozen=True)
@@ -234,7 +220,7 @@ def load_tools(released: Released, settings: DecodeSettings, models: Models) -> 
     """The LLM (LLM decoders) and SelectTop's kernel (if on and the artifact has winners),
     from ``models``."""
     llm = None
-    if settings.decoder == "llm":
+    if settings.needs_llm:
         llm = models.llm(settings.model, gpu_layers=settings.gpu_layers)
     if settings.selects_top and released.kernel is not None:
         return Tools(llm, *artifact_kernel(released, models))
@@ -321,7 +307,7 @@ def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettin
             stats, sha = _decode_chunk(released, settings, part, decoder, tools, ch, target,
                                        Checkpoint(checkpoint_path(target), ckpt_binding,
                                                   list(released.classes),
-                                                  durable=settings.decoder == "llm"),
+                                                  durable=settings.needs_llm),
                                        bar, con)
             if store is not None:
                 store.record(ch.index, sha, stats)
@@ -440,7 +426,7 @@ def _provenance(rel: VerifiedRelease, released: Released, settings: DecodeSettin
         "settings": {k: v for k, v in asdict(settings).items() if k not in ("model", "seed")},
         "decoder": described,
         "model": described.get("model"),
-        "prompt_templates_sha256": templates_digest() if settings.decoder == "llm" else None,
+        "prompt_templates_sha256": templates_digest() if settings.needs_llm else None,
         "embedder": tools.embedder,
         "rows_per_class": total.rows,
         "candidates_per_class": total.candidates,

@@ -27,6 +27,8 @@ from decode import allocation
 from decode.allocation import allocate
 from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.cli import GPU_ENV, gpu_layers
+from decode.decoders.llm import LLMDecoder
+from decode.decoders.marginals import PLACEHOLDER, MarginalsDecoder
 from decode.fit import (
     FitConfig,
     Margin,
@@ -37,8 +39,6 @@ from decode.fit import (
     l1_distance,
     systematic_sample,
 )
-from decode.llm import LLMDecoder
-from decode.marginals import PLACEHOLDER, MarginalsDecoder
 from decode.pipeline import DecodeSettings, plan, run_decode
 from decode.released import released_view
 from decode.writers import valid_share
@@ -447,7 +447,7 @@ class _FakeGenerator:
 
 
 def test_llm_stream_resumes_exactly_from_any_point(counts_art, keys, monkeypatch):
-    monkeypatch.setattr("decode.llm.RecordGenerator", _FakeGenerator)
+    monkeypatch.setattr("decode.decoders.llm.RecordGenerator", _FakeGenerator)
     rel = _released(counts_art, keys[0][1])
     dec = LLMDecoder(rel, SimpleNamespace(info=None), seed=5)
 
@@ -503,3 +503,30 @@ def test_valid_share_is_measured(counts_art, keys):
     bad = dict(good[0], age=-4)
     assert valid_share([*good, bad], schema) == 0.75
     assert valid_share([], schema) == 1.0
+
+
+# ----- a new decoder, as docs/architecture.md's recipe says --------------------------------------
+
+def test_a_registered_decoder_is_a_choice_and_decodes(counts_art, keys, tmp_path, capsys,
+                                                      monkeypatch):
+    """A decoder is one module that registers a `DecoderSpec`: the CLI offers it with its own
+    help, the pipeline builds it, and the provenance names it."""
+    from decode.decoders import registry
+    from decode.decoders.marginals import MarginalsDecoder
+
+    class Toy(MarginalsDecoder):
+        name = "toy"
+
+    spec = registry.DecoderSpec(name="toy", help="a test's decoder (marginals renamed)",
+                                build=lambda released, settings, seed, llm: Toy(released, seed))
+    monkeypatch.setitem(registry._DECODERS, "toy", spec)
+    with pytest.raises(SystemExit):
+        main(["decode", "--help"])
+    assert "toy: a test's decoder" in " ".join(capsys.readouterr().out.split())
+    out = tmp_path / "toy.csv"
+    code = main(["decode", str(counts_art), "--trust", str(keys[0][1]), "--decoder", "toy",
+                 "--n", "30", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    prov = json.loads(out.with_name("toy.csv.provenance.json").read_text())
+    assert prov["settings"]["decoder"] == "toy" and prov["decoder"]["name"] == "toy"
+    assert len(out.read_text().splitlines()) == 31

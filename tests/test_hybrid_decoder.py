@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from test_model_decoder import SCHEMA, _doc, _released, opendp_release
 
-from decode.hybrid import HybridDecoder, placeholder_words
-from decode.model import ModelDecoder
+from decode.decoders.hybrid import HybridDecoder, placeholder_words
+from decode.decoders.model import ModelDecoder
 from selpe_audit.llm import prompts
 
 TEXT = "note"

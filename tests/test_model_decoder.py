@@ -21,9 +21,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from decode.model import BLOCK, NO_MODEL, ModelDecoder
-from decode.mrf import Chain, rebuild_model
-from decode.pipeline import DECODERS
+from decode.decoders import decoder_names
+from decode.decoders.model import BLOCK, NO_MODEL, ModelDecoder
+from decode.decoders.mrf import Chain, rebuild_model
 from decode.released import released_view
 from selpe_audit.artifact.model_block import parse_model
 from selpe_audit.artifact.view import ReleaseView
@@ -232,7 +232,7 @@ def test_thousands_of_records_come_out_valid_and_in_order(decoder):
 
 def test_describe_and_the_fit_scale(decoder):
     d = decoder.describe()
-    assert d["name"] == "model" and "model" in DECODERS
+    assert d["name"] == "model" and "model" in decoder_names()
     assert d["text_source"] == {"note": "topics"} and d["placeholder"] is None
     assert d["counts_model"]["columns"] == list(COLUMNS)
     h = decoder.released.histograms["colour"]

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from conftest import ROOT, with_settings
 
-from decode.model import ModelDecoder
+from decode.decoders.model import ModelDecoder
 from decode.pipeline import DecodeSettings, run_decode
 from decode.released import released_view
 from release.config import load_config
@@ -216,7 +216,7 @@ def test_the_model_decoder_draws_other_topic_texts_alike_in_every_class(phrase_r
 
 
 def _marginals_texts(released, seed: int, n: int = 400) -> dict:
-    from decode.marginals import MarginalsDecoder
+    from decode.decoders.marginals import MarginalsDecoder
 
     decoder = MarginalsDecoder(released, seed=seed)
     return decoder, {c: [decoder.record(c, i)["chief_complaint"] for i in range(n)]

@@ -1,7 +1,7 @@
 """The ``model`` decoder: records drawn from the released counts model, given their class.
 
 A model-mode artifact (``[counts] mode = "fixed"``, "aim" or "mst") carries every noisy
-marginal OpenDP measured; this decoder refits the same model off-site (`decode.mrf`) and
+marginal OpenDP measured; this decoder refits the same model off-site (`decode.decoders.mrf`) and
 draws each record's fields and topics jointly from P(fields, topics | class), so the
 dependencies the model holds between fields (and between a text's topic and the fields)
 survive, which independent per-field draws lose. Per record of class c:
@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from decode.marginals import PLACEHOLDER, MarginalsDecoder
-from decode.mrf import Chain, ClassChain, rebuild_model
+from decode.decoders.marginals import PLACEHOLDER, MarginalsDecoder
+from decode.decoders.mrf import Chain, ClassChain, rebuild_model
+from decode.decoders.registry import DecoderSpec, register
 from decode.released import Released
 from selpe_audit.artifact.model_block import CountsModel, ModelColumn, topic_column
 from selpe_audit.bins import grid, grid_size, value_at
@@ -228,3 +229,10 @@ def _model_summary(block: CountsModel) -> dict[str, Any]:
     return {"algorithm": block.algorithm, "estimator": block.estimator,
             "columns": [c.name for c in block.columns],
             "marginals": [list(m.clique) for m in block.marginals]}
+
+
+SPEC = register(DecoderSpec(
+    name="model", help="whole records from the released counts model (artifacts released "
+                       "with [counts] mode = \"fixed\", \"aim\" or \"mst\")",
+    build=lambda released, settings, seed, llm: ModelDecoder(released, seed),
+    needs_counts_model=True))

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from decode.decoders.registry import DecoderSpec, register
 from decode.released import Released
 from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.artifact.sampling import (
@@ -130,3 +131,8 @@ class MarginalsDecoder:
         for i in range(start, total):
             on_record(self.record(class_value, i))
 
+
+
+SPEC = register(DecoderSpec(
+    name="marginals", help="the no-LLM baseline (independent fields per class)",
+    build=lambda released, settings, seed, llm: MarginalsDecoder(released, seed)))
