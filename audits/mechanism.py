@@ -666,11 +666,13 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     if rho_opendp > slot * (1 + 1e-9):
         raise RuntimeError("OpenDP's map of the marginals exceeds their slot")
 
-    from opendp.extras.mbi._utilities import get_associated_metric, make_stable_marginals
+    from release.opendp_compat import mbi_helpers
 
+    mbi = mbi_helpers()
     cliques = [q.by for q in keeper.queries]
-    exact = make_stable_marginals(kept["input_domain"], kept["input_metric"],
-                                  get_associated_metric(kept["output_measure"]), cliques)
+    exact = mbi.make_stable_marginals(kept["input_domain"], kept["input_metric"],
+                                      mbi.get_associated_metric(kept["output_measure"]),
+                                      cliques)
     sensitivity = {c: float(v) for c, v in exact.map(d_in).items()}
     true_d, true_dp = (exact(derive_frame(data, schema, cfg, schema.id_field if person else None)
                              .select([c.frame_col for c in cols]).collect().lazy())

@@ -40,6 +40,7 @@ from release.counts import (
     rate_queries,
 )
 from release.ledger import LedgerEntry
+from release.opendp_compat import mbi_helpers
 from release.opendp_mechanisms import (
     CONVERSION_CONSTRUCTOR,
     CountQuery,
@@ -138,12 +139,12 @@ class CalibratedFixed(dp.mbi.Fixed):
     def make_marginals(self, input_domain: Any, input_metric: Any, output_measure: Any,
                        d_in: Any, d_out: float, *, marginals: Any, model: Any) -> Any:
         from mbi import Domain
-        from opendp.extras.mbi._utilities import (
-            get_associated_metric,
-            get_cardinalities,
-            make_stable_marginals,
-            then_noise_marginals,
-        )
+
+        mbi = mbi_helpers()
+        get_associated_metric, get_cardinalities = (mbi.get_associated_metric,
+                                                    mbi.get_cardinalities)
+        make_stable_marginals, then_noise_marginals = (mbi.make_stable_marginals,
+                                                       mbi.then_noise_marginals)
 
         if output_measure != dp.zero_concentrated_divergence() or model is not None:
             return super().make_marginals(input_domain, input_metric, output_measure, d_in,

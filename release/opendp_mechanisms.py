@@ -23,6 +23,8 @@ import opendp.prelude as dp
 import polars as pl
 from opendp.mod import GLOBAL_FEATURES
 
+from release.opendp_compat import polars_plan
+
 IdsT = TypeVar("IdsT", pl.Expr, pl.Series)
 
 dp.enable_features("contrib")
@@ -143,7 +145,7 @@ def count_measurement(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> dp.M
     query = (unit.bounded(ctx.query()).group_by(list(q.by))
              .agg(dp.len(signed=True).alias(COUNT_COLUMN))
              .join(q.keys.lazy(), on=list(q.by), how="right"))
-    plan = object.__getattribute__(query, "polars_plan")  # the LazyFrame plan OpenDP checks
+    plan = polars_plan(query)  # the LazyFrame plan OpenDP checks
     domain, metric = ctx.accountant.input_space
 
     def make(scale: float) -> dp.Measurement:

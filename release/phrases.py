@@ -38,6 +38,7 @@ from typing import Any
 import opendp.prelude as dp
 import polars as pl
 
+from release.opendp_compat import polars_plan
 from release.opendp_mechanisms import PrivacyUnit, spooled_context, unit_codes
 from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.errors import UserError
@@ -288,7 +289,7 @@ def _calibrated(ctx: dp.Context, query: Any, epsilon: float, delta: float) -> dp
     generic binary search over the scale (~5 s): the Laplace count's epsilon is linear in
     1/scale (one probe at scale 1 gives the scale), and delta falls as the threshold rises
     (an integer bisection over cheap builds finds the smallest threshold that fits)."""
-    plan = object.__getattribute__(query, "polars_plan")  # the LazyFrame plan OpenDP checks
+    plan = polars_plan(query)  # the LazyFrame plan OpenDP checks
     domain, metric = ctx.accountant.input_space
     measure = ctx.accountant.output_measure
 
