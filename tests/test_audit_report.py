@@ -16,7 +16,7 @@ from audits.report_charts import Curve, heatmap, paired_bars, roc_chart
 from selpe_audit.cli.main import main
 from selpe_audit.demo.generator import generate_rows, write_rows
 from tests.test_audits import write_synthetic
-from tests.test_review import _check_png, _chromium, needs_chromium
+from tests.test_review import needs_chromium, rendered_dom
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
@@ -152,14 +152,7 @@ def test_demo_report_in_headless_chromium(tmp_path, demo_schema_path_, models):
     assert main(["audit", "report", "--synthetic", str(syn), "--real-train", str(members),
                  "--real-test", str(test), "--schema", str(demo_schema_path_), "--out",
                  str(page)]) == 0
-    png = tmp_path / "report.png"
-    shot = _chromium(tmp_path, page, f"--screenshot={png}", "--window-size=1400,4000")
-    assert shot.returncode == 0, shot.stderr[-2000:]
-    _check_png(png.read_bytes())
-    r = _chromium(tmp_path, page, "--enable-logging=stderr", "--v=0", "--dump-dom")
-    assert r.returncode == 0, r.stderr[-2000:]
-    dom = r.stdout
-    assert [line for line in r.stderr.splitlines() if ":CONSOLE" in line] == []
+    dom = rendered_dom(tmp_path, page, 4000)
     n_fields = len(json.loads(page.with_suffix(".json").read_text())["result"]["fields"])
     titles = re.findall(r'<svg[^>]*aria-label="([^"]*)"', dom)
     assert sum(t.endswith("real and synthetic shares") for t in titles) == n_fields == 13

@@ -434,17 +434,22 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
                                     reason="needs /usr/bin/chromium (the CI installs it)")
 
 
-@needs_chromium
-def test_page_in_headless_chromium(hostile_artifact, tmp_path):
-    page = write_review_html(hostile_artifact)
-    png = tmp_path / "review.png"
-    shot = _chromium(tmp_path, page, f"--screenshot={png}", "--window-size=1400,3000")
+def rendered_dom(tmp_path: Path, page: Path, height: int) -> str:
+    """The page in headless Chromium: its screenshot is not blank, its console holds no
+    message; returns the DOM as Chromium built it."""
+    png = tmp_path / f"{page.stem}.png"
+    shot = _chromium(tmp_path, page, f"--screenshot={png}", f"--window-size=1400,{height}")
     assert shot.returncode == 0, shot.stderr[-2000:]
     _check_png(png.read_bytes())
     r = _chromium(tmp_path, page, "--enable-logging=stderr", "--v=0", "--dump-dom")
     assert r.returncode == 0, r.stderr[-2000:]
     assert [line for line in r.stderr.splitlines() if ":CONSOLE" in line] == []
-    _check_page(r.stdout)
+    return r.stdout
+
+
+@needs_chromium
+def test_page_in_headless_chromium(hostile_artifact, tmp_path):
+    _check_page(rendered_dom(tmp_path, write_review_html(hostile_artifact), 3000))
 
 
 class _DevTools:
