@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-PACKAGES = ["selpe_audit", "release", "decode", "audits"]
+PACKAGES = ["selpe_audit", "release", "decode", "audits", "benchmarks"]
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -55,3 +55,14 @@ def test_a_lower_core_layer_importing_a_higher_one_is_caught(tmp_path):
     result = _lint(root)
     assert result.returncode != 0
     assert "the shared core in layers" in result.stdout
+
+
+def test_an_import_cycle_in_audits_is_caught(tmp_path):
+    """The cycle issue 34 found (text_quality <-> utility) may not come back."""
+    root = _copy_tree(tmp_path)
+    path = root / "audits" / "text_quality.py"
+    path.write_text(path.read_text() + "\nfrom audits.utility import STANDARD  # noqa\n")
+    result = _lint(root)
+    assert result.returncode != 0
+    assert "no import cycles inside decode, audits or benchmarks" in " ".join(
+        result.stdout.split())
