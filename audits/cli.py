@@ -198,6 +198,11 @@ def _finish(kind: str, args: argparse.Namespace, report: dict[str, Any], render:
     return out
 
 
+def _kernel_embeds(schema: Schema, channels: str | None) -> bool:
+    """Whether the MIA's kernel with these channels (None: the full set) needs the embedder."""
+    return any(channel_kind(c) != "num" for c in KernelConfig(channels=channels).resolve(schema))
+
+
 def _artifact_view(artifact: str, trust: list[str]) -> Any:
     """The artifact's `ReleaseView`: verified against ``trust`` when given, else read
     unverified. Only its ledger, guarantees and codebooks are read (the JSON Schema types
@@ -246,10 +251,8 @@ def _run_mia(args: argparse.Namespace) -> int:
     members = subsample(members, args.max_targets, args.seed)
     non_members = subsample(non_members, args.max_targets, args.seed + 1)
     embedder = None
-    if "kernel" in variants:
-        channels = KernelConfig(channels=args.kernel_channels).resolve(schema)
-        if any(channel_kind(c) != "num" for c in channels):
-            embedder = load_embedder(args.embedder)
+    if "kernel" in variants and _kernel_embeds(schema, args.kernel_channels):
+        embedder = load_embedder(args.embedder)
     console = Console(stderr=True, highlight=False)
     with console.status("membership inference: distances to the synthetic records"):
         result = mia.run_mia(schema, syn, members, non_members, cfg, embedder, epsilon, delta)
@@ -397,8 +400,8 @@ def _run_report(args: argparse.Namespace) -> int:
     syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
     train = _rows(args.real_train, schema, args.invalid_rows)
     test = _rows(args.real_test, schema, args.invalid_rows)
-    channels = KernelConfig().resolve(schema)  # the MIA's kernel: text and the whole record
-    needs_embedder = schema.by_kind("text") or any(channel_kind(c) != "num" for c in channels)
+    # utility embeds free text; the MIA's full kernel embeds text and the whole record
+    needs_embedder = schema.by_kind("text") or _kernel_embeds(schema, None)
     embedder = load_embedder(args.embedder) if needs_embedder else None
     console = Console(stderr=True, highlight=False)
     with console.status("audit report") as status:
@@ -415,7 +418,6 @@ def _run_report(args: argparse.Namespace) -> int:
               "embedder": args.embedder or "bundled default",
               "sdmetrics": not args.no_sdmetrics}
     doc = _report("report", inputs, config, result, t0)
-    doc["seed"] = args.seed
     doc["dataset"] = view.dataset if view is not None else schema.name
     if view is not None:
         g = view.guarantees

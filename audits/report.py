@@ -25,7 +25,7 @@ import numpy as np
 
 from audits import fidelity, mia, utility
 from audits.io import subsample
-from release.phrases import terms
+from release.phrases import PhraseVocabulary
 from release.private_data import PrivateTable
 from release.topics import Codebook, assign_topics
 from selpe_audit.artifact.view import ReleaseView
@@ -47,18 +47,13 @@ def text_coder(f: Field, view: ReleaseView | None,
     as the release assigns them), else the fidelity audit's word-count proxy."""
     raw = view.doc.get("counts", {}).get("topics", {}).get(f.name) if view else None
     if isinstance(raw, dict) and isinstance(raw.get("phrases"), dict):
-        block = raw["phrases"]
-        released = [p["text"] for p in block.get("phrases", [])]
-        index = {t: j for j, t in enumerate(released)}
-        kind = block.get("kind", "phrases")
+        vocab = PhraseVocabulary.from_json(f.name, raw["phrases"])
+        names = [*vocab.phrases, OTHER]  # topic j is phrase j; the last is "other"
 
         def by_term(texts: list[str]) -> list[str]:
-            out = []
-            for t in texts:
-                hits = [index[x] for x in terms(t, kind) if x in index]
-                out.append(released[min(hits)] if hits else OTHER)
-            return out
-        return f"released DP {kind} (a text's first released {kind[:-1]}; else other)", by_term
+            return [names[vocab.code(t)] for t in texts]
+        return (f"released DP {vocab.kind} (a text's first released {vocab.kind[:-1]}; else "
+                "other)", by_term)
     if isinstance(raw, dict) and raw.get("embeddings") and embedder is not None:
         book = Codebook.from_json(f.name, raw)
 
@@ -244,7 +239,6 @@ def build_report(schema: Schema, syn_table: PrivateTable, real_train: Sequence[R
     else:
         out["sdmetrics"] = {"status": "skipped", "detail": "--no-sdmetrics"}
     return out
-
 
 
 def report_summary(doc: dict[str, Any]) -> Any:

@@ -65,7 +65,7 @@ def _header(report: dict[str, Any]) -> str:
             "associations, attack scores) that are not differentially private.</strong> "
             "Keep it inside the enclave, like the rows it was computed from; it is never part "
             "of a release artifact. What leaves the enclave is the artifact alone.</p>"
-            f'<p class="muted small">{_e(report["tool"])} · seed {_e(report["seed"])} · '
+            f'<p class="muted small">{_e(report["tool"])} · seed {_e(report["config"]["seed"])} · '
             f"{_e(report['elapsed_s'])} s</p></div></header>")
 
 

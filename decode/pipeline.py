@@ -36,7 +36,7 @@ from rich.console import Console
 from decode.allocation import allocate
 from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.chunks import CHUNK_ROWS, Chunk, ChunkStats, ChunkStore, chunk_plan, join_pieces
-from decode.decoders import RecordSource, decoder_names, get
+from decode.decoders import RecordSource, get
 from decode.decoders.model import NO_MODEL
 from decode.fidelity import cell_counts, tvd_from_counts
 from decode.fit import FitConfig, class_margins, fit_class, l1_distance
@@ -94,8 +94,10 @@ class DecodeSettings:
     def __post_init__(self) -> None:
         if self.n <= 0:
             raise UserError(f"--n must be a positive number of rows (got {self.n})")
-        if self.decoder not in decoder_names():
-            raise UserError(f"--decoder must be one of {', '.join(decoder_names())}")
+        try:
+            get(self.decoder)
+        except ValueError as e:
+            raise UserError(str(e)) from None
         if not (math.isfinite(self.overgenerate) and self.overgenerate >= 1):
             raise UserError(f"--overgenerate must be >= 1 (got {self.overgenerate})")
         if not 0 < self.keep_share <= 1:

@@ -173,6 +173,17 @@ class PhraseVocabulary:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {p: j for j, p in enumerate(self.phrases)})
 
+    @classmethod
+    def from_json(cls, field: str, obj: dict[str, Any]) -> PhraseVocabulary:
+        """Read a published vocabulary back (the artifact's ``counts.topics[field].phrases``),
+        so an audit gives a text the topic the release gave it."""
+        phrases = obj["phrases"]
+        return cls(field, obj["kind"], tuple(p["text"] for p in phrases),
+                   tuple(int(p["dp_count"]) for p in phrases), float(obj["epsilon"]),
+                   float(obj["delta"]), float(obj["scale"]), int(obj["threshold"]),
+                   obj["mechanism"], int(obj["per_unit"]), obj.get("denylist"),
+                   int(obj.get("slots", 1)))
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "k": self.k, "normalisation": NORMALISATION,
                 "phrases": [{"text": p, "dp_count": c}

@@ -103,6 +103,8 @@ def test_a_keyword_text_fills_its_slots_by_noisy_count_skipping_covered_words():
     assert v.codes("breath") == (3, other, other) and v.code("breath") == 3
     assert v.codes("a rash") == (other,) * 3 == v.codes(None)
     assert v.to_json()["slots"] == 3
+    back = PhraseVocabulary.from_json("cc", v.to_json())  # what an audit reads back
+    assert back == v and back.codes("Chest pain and shortness of breath") == (0, 1, 3)
 
 
 @pytest.mark.parametrize("kw", [{"epsilon": 0.0}, {"delta": 0.0}, {"per_unit": 0}])

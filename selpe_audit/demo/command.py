@@ -123,8 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         con.print(f"[green]✓[/] {title} ({took}): {step_summary(argv, out, log)}",
                   markup=True, highlight=False)
     con.print(results_table(out))
-    report = _load(out / REPORT.replace(".html", ".json"))
-    if report:
+    if (out / REPORT).exists():
         con.print(f"[bold]audit report[/]: {out / REPORT} (open it in a browser; statistics of "
                   "private rows, not DP: it stays in the enclave)")
     con.print(f"everything is under {out}/")
@@ -202,7 +201,7 @@ def results_table(out: Path) -> Table:
         if sel:
             t.add_row("SelPE selection", f"T = {sel['T']} rounds, K = {sel['K']}, b = {sel['b']}, "
                       f"candidates: {sel['candidates'].get('kind', '?')}")
-    report = _load(out / REPORT.replace(".html", ".json"))
+    report = _load((out / REPORT).with_suffix(".json"))
     if not report:
         return t
     r = report["result"]
