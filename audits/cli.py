@@ -38,6 +38,7 @@ from audits.io import (
     write_report,
 )
 from audits.report import report_summary
+from release.dp import enable as enable_opendp
 from release.private_data import InvalidPolicy, read_private_rows
 from selpe_audit import __version__
 from selpe_audit.artifact.canonical import atomic_write_bytes
@@ -100,8 +101,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "both)")
     k.add_argument("--counts-mode", choices=mechanism.MODEL_MODES, default="fixed",
                    help="model audit: the counts mode audited (default fixed: its marginals "
-                        "measurement; aim and mst: the whole adaptive algorithm per run, "
-                        f"~3 s each, {mechanism.ADAPTIVE_RUNS} runs by default)")
+                        f"measurement; {', '.join(mechanism.ADAPTIVE_MODES)}: the whole "
+                        f"adaptive algorithm per run, ~3 s each, {mechanism.ADAPTIVE_RUNS} "
+                        "runs by default)")
     k.add_argument("--runs", type=int, help="fresh runs per dataset (default: selection "
                    f"{mechanism.DEFAULT_RUNS['selection']}, counts "
                    f"{mechanism.DEFAULT_RUNS['counts']}, "
@@ -309,7 +311,7 @@ def _run_mechanism(args: argparse.Namespace) -> int:
             continue
         runs = args.runs or mechanism.DEFAULT_RUNS[kind]
         if kind == "model":
-            if args.counts_mode != "fixed":
+            if args.counts_mode in mechanism.ADAPTIVE_MODES:
                 runs = args.runs or mechanism.ADAPTIVE_RUNS
             for unit in mechanism.MODEL_UNITS if args.unit == "both" else (args.unit,):
                 nb = mechanism.model_neighbours(schema, args.epsilon, args.delta, unit,
@@ -443,6 +445,7 @@ _RUNNERS = {"mia": _run_mia, "mechanism": _run_mechanism, "fidelity": _run_fidel
 
 
 def _run(args: argparse.Namespace) -> int:
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     kind = getattr(args, "audit_kind", None)
     if kind is None:
         raise UserError(f"choose an audit: {', '.join(KINDS)} (see 'selpe-audit audit --help')")

@@ -36,12 +36,12 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
   hand-written map shows here: halved to 1 at epsilon 2, eps_LB is ~1.3 (sd 0.06) at 1500
   runs.
 - ``counts``: one class-conditional histogram of the release's count plan (OpenDP's
-  polars count measurement from `release.opendp_mechanisms.count_measurement`) on a derived
+  polars count measurement from `release.dp.mechanisms.count_measurement`) on a derived
   demo frame; the canary adds one row to one cell; the output is that cell's noisy count;
   the test is a threshold.
 - ``pe-histogram`` and ``representatives``: the Gaussian selection round of that mode
   (`GaussianVotesMode.statistics` in `release.selection`: the release's own statistics, kernel
-  with numeric channels, OpenDP's Gaussian via `release.opendp_mechanisms.gaussian_round`),
+  with numeric channels, OpenDP's Gaussian via `release.dp.mechanisms.gaussian_round`),
   calibrated like a one-round release to the claimed (epsilon, delta) through the release's
   zCDP conversion (`zcdp_budget`: OpenDP's). The claim's rho is the audits' own conversion
   (`audits.stats.zcdp_rho`, CKS20) and the release's must not exceed it
@@ -60,7 +60,7 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
   interval's lower end exceeds the claimed mu (sqrt(2 rho) of the claim's rho, at the
   worst-case shift). A factor 2 in the noise is caught at
   the default 1000 runs.
-- ``model``: the noisy marginals of the model counts modes (`release.counts_model`: the
+- ``model``: the noisy marginals of the model counts modes (`release.counts.model`: the
   "fixed" mode's workload, the class balance and the class's 2-way marginal with each of a
   few fields). The measurement is the release's own: its OpenDP query (the person unit's
   truncation, the column selection, ``contingency_table`` with the release's
@@ -103,7 +103,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,23 +119,19 @@ from audits.stats import (
     mu_audit,
     zcdp_rho,
 )
-from release.config import (
-    DEFAULT_LIFETIME_EPSILON,
-    BudgetConfig,
-    CountsConfig,
-    ReleaseConfig,
-    SelectionConfig,
+from release.config import CountsConfig, SelectionConfig
+from release.counts import counts_modes
+from release.counts import get as counts_mode
+from release.counts.keys import CLASS_COL, UNIT_COL, derive_frame, key_col, public_values
+from release.counts.marginals import plan_queries
+from release.counts.model import (
+    CalibratedFixed,
+    ModelMode,
+    model_columns,
+    table_query,
+    working_slot,
 )
-from release.counts import (
-    CLASS_COL,
-    UNIT_COL,
-    derive_frame,
-    key_col,
-    plan_queries,
-    public_values,
-)
-from release.counts_model import CalibratedFixed, algorithm, model_columns
-from release.opendp_mechanisms import (
+from release.dp.mechanisms import (
     COUNT_COLUMN,
     NOISY_MAX_CONSTRUCTOR,
     PrivacyUnit,
@@ -193,7 +188,10 @@ MODEL_ROWS = 200
 MODEL_UNITS = ("row", "person")
 MODEL_MAX_CONTRIBUTIONS = 2  # person unit: OpenDP's truncation bound
 MODEL_CANARY_EXTRA_ROWS = 2  # person unit: the canary's rows beyond it, cut by the release
-MODEL_MODES = ("fixed", "aim", "mst")
+#: the counts modes this audit's model kind tests (their descriptors' ``audit``)
+MODEL_MODES = tuple(d.name for d in counts_modes() if d.audit == "model")
+#: those whose whole adaptive algorithm is audited per run (AIM, MST)
+ADAPTIVE_MODES = tuple(m for m in MODEL_MODES if getattr(counts_mode(m), "adaptive", False))
 MODEL_AIM_ROUNDS = 2       # aim: rounds per audited release (each refits the model)
 MODEL_QUICK_FIT_ITERS = 20  # aim and mst: mirror-descent steps per fit inside a run
 #: aim and mst: ~3 s a run on 2 cores (OpenDP builds each round's measurement when it runs);
@@ -363,7 +361,7 @@ def selection_neighbours(epsilon: float, calibrate_to: float | None = None,
               for c, n in ((home, SELECTION_CANARY_ROWS[0]), (other, SELECTION_CANARY_ROWS[1]))
               for _ in range(n)]
     cfg = SelectionConfig(rounds=1, k=1, q=float(n_candidates), batches=batches,
-                          utility="minmax", channels="numeric")
+                          settings={"utility": "minmax"}, channels="numeric")
     mode = get(cfg.mode)
     eps_run = float(calibrate_to if calibrate_to is not None else epsilon)
     # as the release: the mode's per-person rows, then the private features per class
@@ -374,7 +372,7 @@ def selection_neighbours(epsilon: float, calibrate_to: float | None = None,
     measurement, _ = mode.round(cfg, kernel, pools, 1, cfg.round_epsilons(eps_run)[0])
     opendp_eps = float(measurement.map(1))
     one = {name: batch_utilities(OneClassPerUnit(p), kernel, pools, home, 0, 1, b"audit",
-                                 cfg.utility).tolist()  # all rows in one batch: the flip
+                                 cfg.settings.utility).tolist()  # all rows in one batch: the flip
            for name, p in zip(("D", "D'"), privs, strict=True)}
     if one["D"][0] != -1.0 or one["D'"][0] != 0.0 or max(one["D'"][1:]) != -1.0:
         raise RuntimeError("the canary does not flip its batch's utilities")
@@ -386,7 +384,7 @@ def selection_neighbours(epsilon: float, calibrate_to: float | None = None,
 
     details = {
         "mode": cfg.mode, "batches": batches, "candidates": n_candidates, "rounds": 1,
-        "quota": cfg.quota(1), "utility": cfg.utility, "unit": "person",
+        "quota": cfg.quota(1), "utility": cfg.settings.utility, "unit": "person",
         "kernel_channels": kernel.channels, "persons_in_D_per_class": SELECTION_PERSONS,
         "canary_rows": {str(home): SELECTION_CANARY_ROWS[0],
                         str(other): SELECTION_CANARY_ROWS[1]},
@@ -408,12 +406,9 @@ def counts_neighbours(schema: Schema, epsilon: float, field: str = COUNTS_FIELD,
                       seed: int = 0) -> Neighbours:
     """A class-conditional histogram of ``field`` from the release's count plan, measured by
     OpenDP with the whole budget ``calibrate_to`` (default: the claim) on D and D'."""
-    cfg = ReleaseConfig(dataset="mechanism-audit", data=Path("-"), schema=Path("-"),
-                        out=Path("-"), release_key=Path("-"),
-                        budget=BudgetConfig(epsilon=epsilon, lifetime_epsilon=max(
-                            epsilon, DEFAULT_LIFETIME_EPSILON)))
+    counts = CountsConfig(mode="marginals")
     qid = f"counts/histogram/{field}"
-    plan = {q.id: q for q in plan_queries(schema, cfg)}
+    plan = {q.id: q for q in plan_queries(schema, counts, epsilon)}
     if qid not in plan:
         raise ValueError(f"the count plan has no histogram of '{field}'")
     eps_q = calibrate_to if calibrate_to is not None else epsilon
@@ -427,7 +422,7 @@ def counts_neighbours(schema: Schema, epsilon: float, field: str = COUNTS_FIELD,
     cell = (pl.col(CLASS_COL) == cls) & (pl.col(key_col(field)) == key)
     samplers, scales = [], []
     for data in (rows, [*rows, canary]):
-        frame = derive_frame(data, schema, cfg, None).collect().lazy()
+        frame = derive_frame(data, schema, counts, None).collect().lazy()
         m = count_measurement(new_context(frame, unit, [eps_q]), unit, query)
         scales.append(float(m.map(1)))
 
@@ -439,7 +434,7 @@ def counts_neighbours(schema: Schema, epsilon: float, field: str = COUNTS_FIELD,
     details = {"query": qid, "cell": {"class": schema.classes[cls],
                                       field: public_values(f)[key]},
                "rows_in_D": n_rows, "constructor": "opendp.extras.polars: group_by().agg("
-               "dp.len()) via release.opendp_mechanisms.count_measurement",
+               "dp.len()) via release.dp.mechanisms.count_measurement",
                "calibrated_to_epsilon": eps_q, "opendp_epsilon_at_d_in_1": scales[0]}
     return Neighbours(name="counts", claimed_epsilon=epsilon, run_d=samplers[0],
                       run_dprime=samplers[1], output="scalar", details=details)
@@ -529,7 +524,8 @@ def gaussian_neighbours(schema: Schema, mode: str, epsilon: float, delta: float 
     canary = _far_canary(schema, priv_rows[0])
     cand_features = kernel.featurize(cand)
     pools = {c: (cand_features, kernel.fit_scale(cand_features))}
-    cfg = SelectionConfig(rounds=1, k=n_candidates, mode=mode, anchors=2)
+    cfg = SelectionConfig(rounds=1, k=n_candidates, mode=mode,
+                          settings={"anchors": 2} if mode == "representatives" else None)
     stats = release_mode.statistics(cfg, kernel, pools, 1)
     eps_cal = calibrate_to if calibrate_to is not None else epsilon
     rho = zcdp_budget(eps_cal, delta, [1.0])[0]
@@ -552,7 +548,7 @@ def gaussian_neighbours(schema: Schema, mode: str, epsilon: float, delta: float 
                "kernel_channels": kernel.channels, "sensitivity": stats.sensitivity,
                "canary_l2_shift": shift, "noise_scale": scale, "rho": float(m.map(1)),
                "mu": stats.sensitivity / scale, "calibrated_to_epsilon": eps_cal,
-               "delta": delta, "constructor": "release.opendp_mechanisms.gaussian_round "
+               "delta": delta, "constructor": "release.dp.mechanisms.gaussian_round "
                "(OpenDP make_gaussian, zCDP) on the mode's release.selection statistics",
                "output": "projection of the noisy statistics on the D -> D' direction"}
     details.update(conversion_check(epsilon, delta))
@@ -611,11 +607,9 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
         raise ValueError("the person unit needs a schema with a person id (x-id)")
     if not scale_factor > 0:
         raise ValueError("scale_factor must be > 0")
-    cfg = ReleaseConfig(dataset="mechanism-audit", data=Path("-"), schema=Path("-"),
-                        out=Path("-"), release_key=Path("-"),
-                        budget=BudgetConfig(epsilon=epsilon, lifetime_epsilon=max(
-                            epsilon, DEFAULT_LIFETIME_EPSILON)),
-                        counts=CountsConfig(mode=mode, aim_rounds=MODEL_AIM_ROUNDS))
+    counts = CountsConfig(mode=mode, aim_rounds=MODEL_AIM_ROUNDS)
+    model_mode = counts_mode(mode)
+    assert isinstance(model_mode, ModelMode)
     every = model_columns(schema, {})
     cols = [every[0], *(c for c in every[1:] if c.field in fields)]
     if missing := set(fields) - {c.field for c in cols[1:]}:
@@ -635,7 +629,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
         priv_unit = PrivacyUnit(UNIT_COL, max_contributions)
     else:
         canaries, priv_unit = [canary], PrivacyUnit()
-    frames = [derive_frame(data, schema, cfg, schema.id_field if person else None)
+    frames = [derive_frame(data, schema, counts, schema.id_field if person else None)
               .collect().lazy() for data in (rows, [*rows, *canaries])]
     # what the truncation keeps of the canary (identical rows): the exact counts' D'
     kept_canary = canaries[:max_contributions] if person else canaries
@@ -648,25 +642,21 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
               "columns": [c.name for c in cols], "calibrated_to_epsilon": eps_cal,
               "scale_factor": scale_factor, "delta": delta,
               **conversion_check(epsilon, delta)}
-    if mode != "fixed":
-        return _adaptive(cfg, cols, frames, priv_unit, slot, epsilon, common)
-    release_algorithm = algorithm("fixed", cols, cfg)
-    assert isinstance(release_algorithm, CalibratedFixed)
+    release_algorithm = model_mode.algorithm(cols, counts)
+    if not isinstance(release_algorithm, CalibratedFixed):
+        return _adaptive(model_mode, counts, cols, frames, priv_unit, slot, epsilon, common)
     keeper = _KeptFixed(queries=release_algorithm.queries, estimator=_no_fit)
-    # the release's table query (release.counts_model._table_query) with the kept algorithm
+    # the release's table query with the kept algorithm
     ctx = new_context(frames[0], priv_unit, [slot], measure="rho")
-    table_query = (priv_unit.bounded(ctx.query()).select(*[c.frame_col for c in cols])
-                   .contingency_table(keys={c.frame_col: list(range(len(c.keys)))
-                                            for c in cols}, algorithm=keeper)
-                   .resolve())
-    table = table_query(frames[0])  # one release on D: CalibratedFixed builds the marginals
+    query = table_query(ctx, priv_unit, cols, keeper)
+    table = query(frames[0])  # one release on D: CalibratedFixed builds the marginals
     (kept,) = keeper.kept
     marginals, d_in = kept["measurement"], kept["d_in"]
     rho_opendp = float(marginals.map(d_in))
     if rho_opendp > slot * (1 + 1e-9):
         raise RuntimeError("OpenDP's map of the marginals exceeds their slot")
 
-    from release.opendp_compat import mbi_helpers
+    from release.dp.compat import mbi_helpers
 
     mbi = mbi_helpers()
     cliques = [q.by for q in keeper.queries]
@@ -674,7 +664,8 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
                                       mbi.get_associated_metric(kept["output_measure"]),
                                       cliques)
     sensitivity = {c: float(v) for c, v in exact.map(d_in).items()}
-    true_d, true_dp = (exact(derive_frame(data, schema, cfg, schema.id_field if person else None)
+    true_d, true_dp = (exact(derive_frame(data, schema, counts,
+                                          schema.id_field if person else None)
                              .select([c.frame_col for c in cols]).collect().lazy())
                        for data in (rows, [*rows, *kept_canary]))
     shift = {c: (true_dp[c].astype(float) - true_d[c].astype(float)).ravel() for c in cliques}
@@ -690,7 +681,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
         def statistic() -> float:  # the whole query: the person unit's truncation runs
             return sum(float(np.dot(np.asarray(m.noisy_measurement, dtype=np.float64),
                                     weights[m.clique]))
-                       for m in table_query(x).marginals.flatten())
+                       for m in query(x).marginals.flatten())
 
         return lambda n: np.fromiter((statistic() for _ in range(n)), dtype=np.float64,
                                      count=n)
@@ -700,7 +691,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
         "mode": "fixed", **common,
         "marginals": [{"clique": [names[a] for a in c], "sensitivity": sensitivity[c],
                        "stddev": stddev[c], "cells": int(shift[c].size)} for c in cliques],
-        "constructor": "release.counts_model.CalibratedFixed.make_marginals (OpenDP "
+        "constructor": "release.counts.model.CalibratedFixed.make_marginals (OpenDP "
         "make_stable_marginals >> then_noise_marginals, zCDP), inside the release's "
         "contingency_table query",
         "slot_rho": slot, "rho": rho_opendp, "mu": mu_mechanism,
@@ -721,29 +712,23 @@ def _quick_fit(domain: Any, loss_fn: Any, *, potentials: Any = None) -> Any:
     return mirror_descent(domain, loss_fn, potentials=potentials, iters=MODEL_QUICK_FIT_ITERS)
 
 
-def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
-              priv_unit: PrivacyUnit, slot: float, epsilon: float,
+def _adaptive(model_mode: ModelMode, counts: CountsConfig, cols: list[Any],
+              frames: list[pl.LazyFrame], priv_unit: PrivacyUnit, slot: float, epsilon: float,
               common: dict[str, Any]) -> Neighbours:
     """AIM or MST as the release runs it (its algorithm, the slot a hair under the budget
-    that `release.counts_model._working_slot` finds), the whole adaptive release per run.
+    that `release.counts.model.working_slot` finds), the whole adaptive release per run.
     The output is every released noisy marginal, centred on D's true counts, projected on
     the canary's cells and weighted by the inverse variance of its own (released) stddev:
     whichever marginals a run selects, the output has mean 0 on D and is shifted on D' by
     the measured part's squared mu, so the standardised shift estimates that mu, which the
     claim (sqrt(2 rho) of the whole budget, selections included) bounds."""
     from opendp.mod import OpenDPException
-
-    from release.counts_model import _working_slot
-
-    mode = cfg.counts.mode
-    slot = _working_slot(frames[0], priv_unit, cols, cfg, slot)
-    alg = dataclasses.replace(algorithm(mode, cols, cfg), estimator=_quick_fit)
+    mode = counts.mode
+    alg = dataclasses.replace(model_mode.algorithm(cols, counts), estimator=_quick_fit)
+    slot = working_slot(frames[0], priv_unit, cols, alg, slot)
     ctx = new_context(frames[0], priv_unit, [slot], measure="rho")
-    table_query = (priv_unit.bounded(ctx.query()).select(*[c.frame_col for c in cols])
-                   .contingency_table(keys={c.frame_col: list(range(len(c.keys)))
-                                            for c in cols}, algorithm=alg)
-                   .resolve())
-    rho_opendp = float(table_query.map(ctx.d_in))
+    query = table_query(ctx, priv_unit, cols, alg)
+    rho_opendp = float(query.map(ctx.d_in))
     if rho_opendp > slot * (1 + 1e-9):
         raise RuntimeError("OpenDP's map of the table exceeds its slot")
     frame_cols = [c.frame_col for c in cols]
@@ -769,10 +754,11 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
         noisy = np.asarray(m.noisy_measurement, dtype=np.float64)
         return float(np.dot(noisy - on_d, shift)) / float(m.stddev) ** 2
 
-    details = {"mode": mode, **common, "aim_rounds": cfg.counts.aim_rounds
+    details = {"mode": mode, **common, "aim_rounds": counts.aim_rounds
                if mode == "aim" else None, "fit_iterations": MODEL_QUICK_FIT_ITERS,
-               "constructor": f"opendp.extras.mbi.{mode.upper()} as the release builds it "
-               "(release.counts_model.algorithm), inside the release's contingency_table query",
+               "constructor": f"opendp.extras.mbi.{model_mode.opendp_name} as the release "
+               "builds it (release.counts.model.ModelMode.algorithm), inside the release's "
+               "contingency_table query",
                "slot_rho": slot, "rho": rho_opendp, "opendp_mu": math.sqrt(2 * rho_opendp),
                "runs_refused_by_opendp": 0,  # OpenDP refused mid-way; rerun
                "output": "every released noisy marginal projected on the canary's cells, "
@@ -782,7 +768,7 @@ def _adaptive(cfg: ReleaseConfig, cols: list[Any], frames: list[pl.LazyFrame],
         def statistic() -> float:
             for _ in range(ADAPTIVE_RETRIES):
                 try:
-                    table = table_query(x)
+                    table = query(x)
                     break
                 except OpenDPException as e:  # opendp #2789 on a data-dependent path:
                     if "insufficient budget" not in str(e):  # the release refuses it too

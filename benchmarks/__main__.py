@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from release.dp import enable as enable_opendp
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 HERE = Path(__file__).parent
@@ -233,4 +235,5 @@ def run_benchmarks(names: list[str], quick: bool, out: Path, huge: bool = False)
     return failed
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

@@ -37,6 +37,7 @@ from benchmarks.adult import INF, counts_release, fmt, label, parse_epsilons, sp
 from benchmarks.local_decode import LocalDecode
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
+from release.dp import enable as enable_opendp
 from release.private_data import read_private_rows
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair
@@ -150,4 +151,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     raise SystemExit(main())

@@ -24,6 +24,7 @@ from typing import Any
 from audits.utility import run_utility
 from benchmarks.adult import counts_release, fmt, label, parse_epsilons, split_paths
 from decode.pipeline import DecodeSettings, run_decode
+from release.dp import enable as enable_opendp
 from release.private_data import read_private_rows
 from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.schema import load_schema
@@ -85,4 +86,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

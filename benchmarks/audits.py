@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from audits import mechanism, release_audit
+from release.dp import enable as enable_opendp
 from selpe_audit.schema import demo_schema_path, load_schema
 
 EPSILON = 1.0
@@ -99,4 +100,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

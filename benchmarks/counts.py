@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import queue
 import statistics
 import time
 from pathlib import Path
@@ -26,8 +27,10 @@ from typing import Any
 import polars as pl
 
 from release.config import ReleaseConfig
-from release.counts import derive_frame, plan_queries
-from release.opendp_mechanisms import PrivacyUnit, new_context, release_counts
+from release.counts.keys import derive_frame
+from release.counts.marginals import plan_queries
+from release.dp import enable as enable_opendp
+from release.dp.mechanisms import PrivacyUnit, new_context, release_counts
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import demo_schema_path, load_schema
 
@@ -47,7 +50,7 @@ def _frame(rows: int) -> pl.LazyFrame:
     path = CACHE / f"derived_{rows}.parquet"
     if not path.exists():
         base = generate_rows(min(rows, 100_000), seed=7)
-        frame = derive_frame(base, schema, cfg, None).collect()
+        frame = derive_frame(base, schema, cfg.counts, None).collect()
         reps = -(-rows // frame.height)
         pl.concat([frame] * reps).head(rows).write_parquet(path)
     return pl.scan_parquet(path)
@@ -61,7 +64,11 @@ def _peak_mib() -> float:
 
 
 def _run(side: str, rows: int, repeats: int, out: Any) -> None:
-    queries = plan_queries(load_schema(demo_schema_path()), _config())
+    """One side, in a spawned process of its own (its peak memory is its own): the
+    process's entry, so it turns OpenDP's features on itself."""
+    enable_opendp()
+    cfg = _config()
+    queries = plan_queries(load_schema(demo_schema_path()), cfg.counts, cfg.budget.counts_epsilon)
     frame = _frame(rows).collect().lazy()
     times, handoff = [], []
     for _ in range(repeats):
@@ -82,6 +89,19 @@ def _run(side: str, rows: int, repeats: int, out: Any) -> None:
              "handoff_s": statistics.median(handoff) if handoff else 0.0})
 
 
+def _result(q: Any, p: Any, side: str) -> dict[str, Any]:
+    """The child's result; an error naming the side if it exits without one (instead of
+    waiting for ever)."""
+    while True:
+        try:
+            return q.get(timeout=5)
+        except queue.Empty:
+            if not p.is_alive():
+                raise RuntimeError(f"the {side} side's process exited with code "
+                                   f"{p.exitcode} before its result (see its traceback "
+                                   "above)") from None
+
+
 def run(rows: int = 1_000_000, repeats: int = 7) -> dict[str, Any]:
     _frame(rows)  # build the cached input once, outside the measured children
     ctx = mp.get_context("spawn")
@@ -90,7 +110,7 @@ def run(rows: int = 1_000_000, repeats: int = 7) -> dict[str, Any]:
         q = ctx.Queue()
         p = ctx.Process(target=_run, args=(side, rows, repeats, q))
         p.start()
-        results[side] = q.get()
+        results[side] = _result(q, p, side)
         p.join()
     polars_s, opendp_s = results["polars"]["median_s"], results["opendp"]["median_s"]
     handoff_s = results["opendp"]["handoff_s"]
@@ -118,4 +138,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

@@ -59,11 +59,13 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.adult import INF, fmt, label, parse_epsilons, release_settings, split_paths
+from release.dp import enable as enable_opendp
 from selpe_audit import ALLOCATOR_ENV
+from selpe_audit.artifact.counts_modes import DEFAULT_COUNTS_MODE, counts_modes
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(__file__).parent / ".cache" / "demo"
-MODES = ("marginals", "fixed", "aim", "mst")
+MODES = tuple(d.name for d in counts_modes())
 TARGETS = {"adult_eps2_gap_gb_standard": 0.015, "adult_eps2_gap_lr_standard": 0.012,
            "cortec_gap_eps2": 0.02, "demo_eps2_lr_gap": 0.10, "demo_dropped_releases": 0,
            "adult_default_release_s": 120.0}
@@ -418,8 +420,6 @@ def stages(sizes: Sizes, folder: Path, key: Path) -> dict[str, Any]:
     distinct private text alone, which dominates the counts stage on many rows."""
     import polars as pl
 
-    from release.config import DEFAULT_COUNTS_MODE
-
     t0 = time.perf_counter()
     data = demo_rows(sizes.stage_rows)
     generated = time.perf_counter() - t0
@@ -614,4 +614,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     raise SystemExit(main())

@@ -46,6 +46,7 @@ from decode.fidelity import released_tvd
 from decode.pipeline import DecodeSettings, make_decoder, plan, select
 from decode.released import Released, released_view
 from decode.select_top import artifact_kernel
+from release.dp import enable as enable_opendp
 from selpe_audit.artifact.document import read_release
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Kernel
@@ -224,4 +225,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     raise SystemExit(main())

@@ -66,6 +66,7 @@ from benchmarks.counts_modes import release_child
 from benchmarks.triage import Bench, Sizes, _bench, audit
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
+from release.dp import enable as enable_opendp
 from selpe_audit.artifact.document import read_release
 from selpe_audit.llm.text import placeholder_words
 
@@ -308,4 +309,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     raise SystemExit(main())

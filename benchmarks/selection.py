@@ -25,7 +25,8 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from release.opendp_mechanisms import batch_noisy_max
+from release.dp import enable as enable_opendp
+from release.dp.mechanisms import batch_noisy_max
 from release.private_data import read_private_rows
 from release.selection.selpe import batch_ids
 from selpe_audit.demo.generator import generate_rows
@@ -130,4 +131,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

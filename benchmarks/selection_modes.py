@@ -35,7 +35,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from audits.fidelity import _tvds
 from audits.utility import evaluate
 from release.config import SelectionConfig
-from release.opendp_mechanisms import zcdp_budget
+from release.dp import enable as enable_opendp
+from release.dp.mechanisms import zcdp_budget
 from release.selection import PoolSource, PrivateClasses, get, run_selection
 from selpe_audit.artifact.modes import mode_names
 from selpe_audit.demo.generator import generate_rows
@@ -170,7 +171,9 @@ def cost(kernel: Kernel, n: int, m: int, pe_rows: int, repeats: int,
         rows = min(n, pe_rows) if mode == "pe-histogram" else n
         feats = _tile(base_p, rows)
         priv = PrivateClasses({c: feats}, {c: [f"u{i}" for i in range(rows)]})
-        cfg = SelectionConfig(rounds=1, k=m, batches=10, mode=mode, anchors=ANCHORS_AT_SCALE)
+        cfg = SelectionConfig(rounds=1, k=m, batches=10, mode=mode,
+                              settings={"anchors": ANCHORS_AT_SCALE}
+                              if mode == "representatives" else None)
         reps = 1 if mode == "pe-histogram" else repeats
         setup, private = [], []
         for _ in range(reps):
@@ -260,4 +263,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

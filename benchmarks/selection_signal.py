@@ -41,7 +41,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from benchmarks.adult import INF
 from benchmarks.report import SUMMARIES
 from release.config import UTILITIES, SelectionConfig
-from release.opendp_mechanisms import noisy_max_scale
+from release.dp import enable as enable_opendp
+from release.dp.mechanisms import noisy_max_scale
 from release.private_data import read_private_rows
 from release.selection import PrivateClasses, accounting
 from release.selection.selpe import batch_votes, most_chosen
@@ -148,7 +149,7 @@ def rounds(ds: Dataset, cfg: SelectionConfig, epsilon: float, seed: int) -> dict
         pools = {c: (ds.pool[c].take(i), ds.kernel.fit_scale(ds.pool[c].take(i)))
                  for c, i in idx.items()}
         votes = batch_votes(ds.priv, ds.kernel, pools, cfg.batches, eps_t,
-                            noisy_max_scale(n, eps_t), rng.bytes(32), cfg.utility)
+                            noisy_max_scale(n, eps_t), rng.bytes(32), cfg.settings.utility)
         for c, v in votes.items():
             d = ds.yard[c][idx[c]]
             out["picks"].append(float(d[v].mean()))
@@ -174,7 +175,7 @@ def grid(ds: Dataset, s: dict[str, Any]) -> list[dict[str, Any]]:
                 ds, SelectionConfig(rounds=t, batches=b), INF, seed))
             for eps, u in product(s["epsilons"], UTILITIES):
                 runs.setdefault((eps, u), []).append(rounds(
-                    ds, SelectionConfig(rounds=t, batches=b, utility=u), eps, seed))
+                    ds, SelectionConfig(rounds=t, batches=b, settings={"utility": u}), eps, seed))
         mean = {k: {m: float(np.mean([r[m] for r in v])) for m in v[0]} for k, v in runs.items()}
         inf = mean.pop("inf")
         for (eps, u), m in mean.items():
@@ -195,7 +196,7 @@ def quota_grid(ds: Dataset, s: dict[str, Any]) -> list[dict[str, Any]]:
         for rep in range(s["repeats"]):
             seed = 1000 * rep + 10 * t + b
             for eps in ("inf", *[e for e in s["epsilons"] if e <= 2.0]):
-                cfg = SelectionConfig(rounds=t, q=q, batches=b, utility="minmax")
+                cfg = SelectionConfig(rounds=t, q=q, batches=b, settings={"utility": "minmax"})
                 runs.setdefault(eps, []).append(rounds(ds, cfg, INF if eps == "inf" else eps,
                                                        seed))
         mean = {k: {m: float(np.mean([r[m] for r in v])) for m in v[0]} for k, v in runs.items()}
@@ -297,4 +298,5 @@ def _quotas_only(quick: bool, repeats: int | None) -> None:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from release.dp import enable as enable_opendp
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -341,4 +343,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     main()

@@ -74,6 +74,7 @@ from benchmarks.local_decode import Candidates, LocalDecode
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from decode.writers import write_records
+from release.dp import enable as enable_opendp
 from selpe_audit.artifact.document import read_release
 from selpe_audit.demo.generator import generate_rows, write_rows
 from selpe_audit.kernel.embeddings import Embedder
@@ -352,4 +353,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
     raise SystemExit(main())

@@ -35,7 +35,8 @@ Example (``examples/release.toml``)::
     [counts]
     mode = "fixed"         # "marginals" (Laplace histograms per class), "fixed" (a fixed
                            # workload of the label's 2-way marginals, Gaussian, zCDP), "aim",
-                           # "mst" (OpenDP's adaptive contingency tables); see COUNTS_MODES
+                           # "mst" (OpenDP's adaptive contingency tables); see
+                           # selpe_audit.artifact.counts_modes
     class_share = 0.25     # share of the histogram/marginal budget for the class balance
     topic_share = 0.3      # fixed: share of the marginals' rho for the free-text topics x class
     topics = 8             # topic anchors per free-text field (model modes; 0: off); left
@@ -67,11 +68,16 @@ Example (``examples/release.toml``)::
     [selection]
     mode = "selpe"         # or "pe-histogram", "representatives" (Gaussian, need delta);
                            # selpe_audit.artifact.modes lists every registered mode
-    utility = "minmax"     # selpe: each batch's utilities rescaled to span [-1, 0]; or "raw"
-    threshold = 1.0        # pe-histogram: drop candidates with noisy votes <= 1 noise scale
-    anchors = 0            # representatives: k-means anchors per class (0: the round quota)
-    radius = 0.5           # representatives: clip norm of a row's offset from its anchor
-    dims = 16              # representatives: dimensions of the public basis
+
+    # each mode's own settings (ModeDescriptor.settings), in a table named after it
+    [selection.selpe]
+    utility = "minmax"     # each batch's utilities rescaled to span [-1, 0]; or "raw"
+    [selection.pe-histogram]
+    threshold = 1.0        # drop candidates with noisy votes <= 1 noise scale
+    [selection.representatives]
+    anchors = 0            # k-means anchors per class (0: the round quota)
+    radius = 0.5           # clip norm of a row's offset from its anchor
+    dims = 16              # dimensions of the public basis
 
 Delta: selpe and the "marginals" counts are pure epsilon-DP. The counts modes "fixed",
 "aim" and "mst" and the Gaussian selection modes spend rho-zCDP that OpenDP converts to
@@ -87,7 +93,8 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,18 +103,40 @@ from release.enclave_log import check_log_path, default_log_path
 from release.ledger import DEFAULT_LIFETIME_DELTA as DEFAULT_LIFETIME_DELTA  # re-exported
 from release.ledger import DEFAULT_LIFETIME_EPSILON as DEFAULT_LIFETIME_EPSILON
 from release.ledger import ledger_folder
-from selpe_audit.artifact.modes import describe, modes, or_list
+from selpe_audit.artifact.counts_modes import DEFAULT_COUNTS_MODE, counts_modes, describe_counts
+from selpe_audit.artifact.modes import UTILITIES as UTILITIES  # re-exported
+from selpe_audit.artifact.modes import ModeDescriptor, describe, mode_names, modes, or_list
 from selpe_audit.errors import UserError
 from selpe_audit.schema import CohortRule, Schema
 
 DEFAULT_EPSILON = 2.0
 DEFAULT_DELTA = 1e-6
 MAX_DELTA = 1e-3
-#: counts modes: the first is today's Laplace histograms, the others OpenDP's contingency
-#: tables (opendp.extras.mbi) in zCDP - see release.counts_model
-COUNTS_MODES = ("marginals", "fixed", "aim", "mst")
-DEFAULT_COUNTS_MODE = "fixed"
 DEFAULT_TOPICS = 8
+
+
+def setting(default: Any = MISSING, help: str | None = None, *, flag: str | None = None,
+            key: str | None = None, choices: Callable[[], list[str]] | None = None,
+            show_default: bool = True) -> Any:
+    """A config field, declared once. One with ``help`` is also a CLI argument: ``flag``
+    (default ``--field-name``), its override key ``key`` (default the field's name: what
+    `load_config` takes), ``choices`` (read when the parser is built, so plugins count),
+    and its help, to which the CLI adds "(default X)" when ``show_default``."""
+    meta = {"help": help, "flag": flag, "key": key, "choices": choices,
+            "show_default": show_default}
+    return field(metadata=meta) if default is MISSING else field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class CliSetting:
+    """One CLI argument of ``selpe-audit release``, as its config field declares it."""
+
+    section: str | None  # None: a top-level setting
+    flag: str
+    key: str
+    type: type
+    choices: list[str] | None
+    help: str
 
 
 @dataclass(frozen=True)
@@ -138,13 +167,22 @@ class BudgetConfig:
     is made absolute on construction (None: the installation's `default_ledger_folder`).
     """
 
-    epsilon: float = DEFAULT_EPSILON
-    delta: float | None = None
-    counts_share: float = 0.5
+    epsilon: float = setting(DEFAULT_EPSILON, "total epsilon of this release")
+    delta: float | None = setting(
+        None, "the release's total delta, split over its zCDP parts (model counts modes, "
+        f"Gaussian selection modes; default {DEFAULT_DELTA:g}); counts mode 'marginals' with "
+        "selpe is pure epsilon-DP")
+    counts_share: float = setting(0.5, "share of epsilon for noisy counts; the rest goes to "
+                                       "selection (1 = counts only)")
     selection_share: float = 0.5
-    lifetime_epsilon: float | None = None
-    lifetime_delta: float | None = None
-    lifetime_ledger: Path | None = None
+    lifetime_epsilon: float | None = setting(
+        None, "lifetime budget of a new dataset (default and maximum: the installation's, "
+        f"{DEFAULT_LIFETIME_EPSILON:g} without /etc/selpe-audit/installation.toml); can only "
+        "lower an existing one")
+    lifetime_delta: float | None = setting(
+        None, "lifetime cap on the sum of the releases' deltas (default and maximum: the "
+        f"installation's, {DEFAULT_LIFETIME_DELTA:g} without the file)")
+    lifetime_ledger: Path | None = setting(None, "folder of the per-dataset lifetime ledgers")
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -182,9 +220,12 @@ class PrivacyUnitConfig:
     """[privacy_unit]: a row, or a person whose rows are bounded to max_contributions.
     ``unit`` None (left out) is decided by `resolved` once the schema is known."""
 
-    unit: str | None = None
-    id_field: str | None = None
-    max_contributions: int = 1
+    unit: str | None = setting(None, "privacy unit (default: person when --id-field is given "
+                                     "or the schema names x-id, else row)",
+                               choices=lambda: ["row", "person"])
+    id_field: str | None = setting(None, "person id field (unit = person; default: the "
+                                         "schema's x-id)")
+    max_contributions: int = setting(1, "rows kept per person (unit = person)")
 
     def __post_init__(self) -> None:
         if self.unit not in (None, "row", "person"):
@@ -213,10 +254,15 @@ class PrivacyUnitConfig:
 class CountsConfig:
     """[counts], [[cohorts]] and [[rates]]: the noisy counts' plan inside their budget."""
 
-    mode: str = DEFAULT_COUNTS_MODE
+    mode: str = setting(DEFAULT_COUNTS_MODE, "; ".join(
+        f"{d.name}: {d.help}" for d in counts_modes()), flag="--counts-mode", key="counts_mode",
+        choices=lambda: [d.name for d in counts_modes()], show_default=False)
     class_share: float = 0.25
     topic_share: float = 0.3
-    topics: int | None = None  # None: DEFAULT_TOPICS with a public pool, else off
+    topics: int | None = setting(  # None: DEFAULT_TOPICS with a public pool, else off
+        None, f"topic anchors per free-text field in the model modes (default: "
+        f"{DEFAULT_TOPICS} with a --candidates pool, else 0; > 0 without a pool builds the "
+        "codebook from LLM candidates)")
     phrases: bool = True
     phrase_share: float = 0.2
     phrases_per_unit: int = 1
@@ -232,9 +278,10 @@ class CountsConfig:
     rates: tuple[RateSpec, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.mode not in COUNTS_MODES:
-            raise UserError(f"config: counts.mode must be one of {', '.join(COUNTS_MODES)} "
-                            f"(got '{self.mode}')")
+        try:
+            describe_counts(self.mode)
+        except ValueError as e:
+            raise UserError(f"config: {e}") from None
         if not 0 < self.class_share < 1 or not 0 < self.topic_share < 1 - self.class_share:
             raise UserError("config: counts.class_share must be a share in (0, 1), and "
                             "counts.topic_share above 0 and below 1 - class_share")
@@ -266,13 +313,15 @@ class CountsConfig:
 
     @property
     def is_model(self) -> bool:
-        """Counts as a graphical model (OpenDP contingency tables, zCDP): needs a delta."""
-        return self.mode != "marginals"
+        """The mode releases a counts model, which free-text topics can be columns of."""
+        return describe_counts(self.mode).model
+
+    @property
+    def needs_delta(self) -> bool:
+        """The mode's counts are zCDP, converted to (epsilon, delta)."""
+        return describe_counts(self.mode).needs_delta
 
 
-#: selpe's per-batch utilities: "minmax" rescales each batch's -g to span [-1, 0] (the
-#: same range, so the same sensitivity and noise); "raw" keeps -g (see release.selection.selpe)
-UTILITIES = ("minmax", "raw")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,43 +329,37 @@ class SelectionConfig:
     """[selection]: the loop's T, K, b, q and schedule, the mode (see
     `selpe_audit.artifact.modes`) and its settings, and where candidates come from."""
 
-    mode: str = "selpe"
+    mode: str = setting("selpe", flag="--selection", key="selection_mode",
+                        choices=lambda: list(mode_names()), show_default=False, help=(
+        "selection mechanism: " + or_list([f"{d.name} ({d.help})" for d in modes()])
+        + "; the Gaussian modes are (epsilon, delta)-DP"))
     # T = 1, b = 20: the selection-signal benchmark's choice (RESULTS.md, selection_signal):
     # at the demo's selection epsilon 1-2 one round's winner keeps 0.6-0.7 of the eps-inf
     # gap to the private rows; T = 5, b = 5 kept 0.04-0.12 (noise scale 10 per round).
-    rounds: int = 1       # T
-    k: int = 3            # K: candidates per quota slot
-    batches: int = 20     # b
+    rounds: int = setting(1, "T, selection rounds")
+    k: int = setting(3, "K, candidates per quota slot")
+    batches: int = setting(20, "b, disjoint private batches")
     q: float = 1.0        # quota growth: m_t = ceil(t q)
     schedule: tuple[float, ...] | None = None  # shares of the selection budget per round
-    threshold: float = 1.0  # pe-histogram: votes <= threshold x noise scale are dropped
-    anchors: int = 0      # representatives: k-means anchors per class (0: the round's quota)
-    radius: float = 0.5   # representatives: clip norm R of a row's offset from its anchor
-    dims: int = 16        # representatives: dimensions of the public basis
-    candidates: Path | None = None  # a public JSONL pool instead of the LLM
-    model: str | None = None
-    gpu_layers: int = 0
+    candidates: Path | None = setting(None, "public JSONL pool of schema-valid candidate "
+                                            "records instead of LLM generation")
+    model: str | None = setting(None, "GGUF for candidate generation (default: the bundled "
+                                      "Gemma 3 270M)")
+    gpu_layers: int = setting(0, "layers to offload to a GPU (-1 = all)")
     seed: int = 0         # LLM sampling (public candidates), never DP noise
     channels: str | None = None
-    utility: str = "minmax"  # selpe: per-batch min-max rescale to [-1, 0] ("raw": -g as is)
+    #: the mode's own settings (``[selection.<mode>]``): its descriptor's settings dataclass,
+    #: given as one, as a mapping of its fields, or None for its defaults
+    settings: Any = None
 
     def __post_init__(self) -> None:
         try:
-            describe(self.mode)
+            mode = describe(self.mode)
         except ValueError as e:
             raise UserError(f"config: {e}") from None
-        if self.utility not in UTILITIES:
-            raise UserError(f"config: selection.utility must be "
-                            f"{or_list([repr(u) for u in UTILITIES])}, got {self.utility!r}")
+        object.__setattr__(self, "settings", _mode_settings(mode, self.settings))
         if self.rounds < 1 or self.k < 1 or self.batches < 1 or self.q <= 0:
             raise UserError("config: selection: rounds, k, batches must be >= 1 and q > 0")
-        if not (math.isfinite(self.threshold) and self.threshold >= 0):
-            raise UserError("config: selection: threshold must be a number >= 0 (noise "
-                            "scales)")
-        if self.anchors < 0 or self.dims < 0:
-            raise UserError("config: selection: anchors and dims must be >= 0")
-        if not (math.isfinite(self.radius) and self.radius > 0):
-            raise UserError("config: selection: radius must be a number > 0")
         if self.schedule is not None:
             if len(self.schedule) != self.rounds or any(s <= 0 for s in self.schedule):
                 raise UserError("config: selection: schedule needs one positive share per "
@@ -338,8 +381,24 @@ class SelectionConfig:
     def round_epsilons(self, epsilon: float) -> list[float]:
         return [epsilon * s for s in self.shares()]
 
-    def n_anchors(self, quota: int) -> int:
-        return self.anchors or quota
+
+
+def _mode_settings(mode: ModeDescriptor, given: Any) -> Any:
+    """``given`` (None, a mapping, or the settings object) as ``mode``'s settings object;
+    a one-line `UserError` naming the table and what to fix otherwise."""
+    if isinstance(given, mode.settings):
+        return given
+    where = f"config: [selection.{mode.name}]"
+    if given is not None and not isinstance(given, Mapping):
+        raise UserError(f"{where} must be a table of settings")
+    known = {f.name for f in fields(mode.settings)}
+    if unknown := sorted(set(given or {}) - known):
+        raise UserError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: "
+                        f"{', '.join(sorted(known)) or 'none'}")
+    try:
+        return mode.settings(**(given or {}))
+    except (ValueError, TypeError) as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,15 +406,20 @@ class ReleaseConfig:
     """The whole release, checked on construction; `check` adds the checks that need the
     dataset's schema."""
 
-    dataset: str
-    data: Path | str  # a file, or a postgresql:// connection string (with query or table)
-    schema: Path
-    out: Path
-    release_key: Path
-    invalid_rows: str = "fail"
+    data: Path | str = setting(  # a file, or a postgresql:// URL (with query or table)
+        help="private rows: .csv, .parquet or .jsonl, or a database "
+        "postgresql://user@host[:port]/db (password from PGPASSWORD or PGPASSFILE, never "
+        "here) with --query or --table")
+    query: str | None = setting(None, "with a database --data: the SELECT that returns the rows "
+                                      "(run once, read-only, in one repeatable-read snapshot)")
+    table: str | None = setting(None, "with a database --data: read schema.name whole")
+    schema: Path = setting(help="dataset schema (JSON Schema with x-label, x-bins)")
+    dataset: str = setting(help="dataset name (the lifetime ledger is per dataset)")
+    out: Path = setting(help="artifact folder to write (default out/release)")
+    release_key: Path = setting(help="release signing key (PEM)", flag="--key")
+    invalid_rows: str = setting("fail", "what to do with rows that break the schema",
+                                choices=lambda: ["fail", "drop"])
     enclave_log: Path | None = None  # None: <out>/../enclave.log (never inside out)
-    query: str | None = None
-    table: str | None = None
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     privacy_unit: PrivacyUnitConfig = field(default_factory=PrivacyUnitConfig)
     counts: CountsConfig = field(default_factory=CountsConfig)
@@ -409,7 +473,7 @@ class ReleaseConfig:
     @property
     def _zcdp_parts(self) -> int:
         """How many parts spend rho-zCDP converted to (epsilon, delta): counts, selection."""
-        return int(self.counts.is_model) + int(self.selects and self.selection.needs_delta)
+        return int(self.counts.needs_delta) + int(self.selects and self.selection.needs_delta)
 
     def _delta_share(self) -> float:
         total = DEFAULT_DELTA if self.budget.delta is None else self.budget.delta
@@ -422,8 +486,8 @@ class ReleaseConfig:
 
     @property
     def counts_delta(self) -> float:
-        """The counts' delta: 0 for the pure-DP "marginals" mode."""
-        return self._delta_share() if self.counts.is_model else 0.0
+        """The counts' delta: 0 for a pure-DP counts mode ("marginals")."""
+        return self._delta_share() if self.counts.needs_delta else 0.0
 
     @property
     def release_delta(self) -> float:
@@ -439,7 +503,7 @@ class ReleaseConfig:
         """budget.delta against the selection mode, and against budget.lifetime_delta."""
         delta = self.budget.delta
         if self._zcdp_parts:
-            what = (f"counts mode '{self.counts.mode}'" if self.counts.is_model
+            what = (f"counts mode '{self.counts.mode}'" if self.counts.needs_delta
                     else f"selection mode '{self.selection.mode}'")
             if delta == 0:
                 raise UserError(f"config: {what} is Gaussian (zCDP) and needs budget.delta > 0 "
@@ -451,9 +515,11 @@ class ReleaseConfig:
         elif delta:
             zcdp = [d.name for d in modes() if d.needs_delta]
             pure = [d.name for d in modes() if not d.needs_delta]
+            counts_zcdp = [d.name for d in counts_modes() if d.needs_delta]
+            counts_pure = [d.name for d in counts_modes() if not d.needs_delta]
             raise UserError(f"config: budget.delta > 0 applies to the zCDP counts modes "
-                            f"({', '.join(COUNTS_MODES[1:])}) and the Gaussian selection modes "
-                            f"({', '.join(zcdp)}) only; counts mode 'marginals' and "
+                            f"({', '.join(counts_zcdp)}) and the Gaussian selection modes "
+                            f"({', '.join(zcdp)}) only; counts mode {or_list(counts_pure)} and "
                             f"{or_list(pure)} are pure epsilon-DP: set delta = 0 or leave it "
                             "out")
         cap = self.budget.lifetime_delta  # None: the ledger checks its stored cap
@@ -501,36 +567,76 @@ def _probability(x: Any) -> bool:
     return isinstance(x, int | float) and 0 <= x < 1
 
 
-#: TOML table -> {TOML key: (config section, field)}; the field name is also the key of
-#: a CLI override, except where OVERRIDES renames it.
-_SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
-    "budget": {k: ("budget", f) for k, f in (
-        ("epsilon", "epsilon"), ("delta", "delta"), ("counts", "counts_share"),
-        ("selection", "selection_share"), ("lifetime_epsilon", "lifetime_epsilon"),
-        ("lifetime_delta", "lifetime_delta"), ("lifetime_ledger", "lifetime_ledger"))},
-    "privacy_unit": {k: ("privacy_unit", k) for k in ("unit", "id_field", "max_contributions")},
-    "counts": {k: ("counts", k) for k in ("mode", "class_share", "topic_share", "topics",
-                                          "phrases",
-                                          "phrase_share", "phrases_per_unit", "keywords_per_unit",
-                                          "keyword_slots", "max_phrases", "deny",
-                                          "aim_rounds", "gamma", "alpha", "n_min")},
-    "selection": {k: ("selection", k) for k in (
-        "mode", "rounds", "k", "batches", "q", "schedule", "candidates", "model", "gpu_layers",
-        "seed", "channels", "threshold", "anchors", "radius", "dims", "utility")},
-}
-_TOP = {"dataset", "data", "schema", "out", "release_key", "invalid_rows", "query", "table",
-        "enclave_log"}
-#: CLI override keys (flat, as `release.cli` passes them) -> (config section, field)
-OVERRIDES: dict[str, tuple[str, str]] = {
-    **{f: (s, f) for table in _SECTIONS.values() for s, f in table.values()},
-    "selection_mode": ("selection", "mode"), "generation_seed": ("selection", "seed"),
-    "counts_mode": ("counts", "mode"),
-    "cohorts": ("counts", "cohorts"), "rates": ("counts", "rates"),
-}
-_PATHS = {"data", "schema", "out", "release_key", "lifetime_ledger", "candidates",
-          "enclave_log", "deny"}
+#: The sections' classes by TOML table (each is also the ReleaseConfig field of that name).
 _SECTION_TYPES = {"budget": BudgetConfig, "privacy_unit": PrivacyUnitConfig,
                   "counts": CountsConfig, "selection": SelectionConfig}
+#: settings whose TOML key is not their field's name (budget's two shares)
+_TOML_NAMES = {("budget", "counts_share"): "counts", ("budget", "selection_share"): "selection"}
+#: fields set by their own TOML tables ([[cohorts]], [[rates]], [selection.<mode>]), not as
+#: keys of their section
+_OWN_TABLES = {"cohorts", "rates", "settings"}
+
+
+def _section_keys() -> dict[str, dict[str, tuple[str, str]]]:
+    """TOML table -> {TOML key: (config section, field)}, from the sections' fields: a
+    setting is declared once, as a field of its section's class."""
+    return {section: {_TOML_NAMES.get((section, f.name), f.name): (section, f.name)
+                      for f in fields(cls) if f.name not in _OWN_TABLES}
+            for section, cls in _SECTION_TYPES.items()}
+
+
+_SECTIONS = _section_keys()
+#: the top-level settings: ReleaseConfig's fields that are not sections
+_TOP = {f.name for f in fields(ReleaseConfig)} - set(_SECTION_TYPES)
+#: CLI override keys (flat, as `release.cli` passes them) -> (config section, field): each
+#: field's name, and the key its declaration gives (``counts_mode``, ``selection_mode``)
+OVERRIDES: dict[str, tuple[str, str]] = {
+    **{f: (s, f) for table in _SECTIONS.values() for s, f in table.values()},
+    **{f.metadata["key"]: (section, f.name) for section, cls in _SECTION_TYPES.items()
+       for f in fields(cls) if f.metadata.get("key")},
+    "cohorts": ("counts", "cohorts"), "rates": ("counts", "rates"),
+}
+
+
+def cli_settings() -> list[CliSetting]:
+    """The CLI arguments of ``selpe-audit release``: every setting declared with help, top
+    level first, then section by section, then the selection modes' own settings (a field
+    with help in its metadata), with type, choices and default from the declaration."""
+    out, flags = [], set()
+    declared = [(None, ReleaseConfig), *_SECTION_TYPES.items(),
+                *(("selection", d.settings) for d in modes())]
+    for section, cls in declared:
+        for f in fields(cls):
+            m = f.metadata
+            if not m.get("help") or (flag := m.get("flag") or
+                                     "--" + f.name.replace("_", "-")) in flags:
+                continue  # a mode sharing a setting's name shares its flag
+            flags.add(flag)
+            choices = m.get("choices")
+            shown = (m.get("show_default", True) and f.default is not MISSING
+                     and f.default is not None)
+            out.append(CliSetting(
+                section, flag, m.get("key") or f.name, _scalar_type(str(f.type)),
+                list(choices() if callable(choices) else choices) if choices else None,
+                m["help"] + (f" (default {f.default:g})" if shown and isinstance(f.default, float)
+                             else f" (default {f.default})" if shown else "")))
+    return out
+
+
+def _scalar_type(annotation: str) -> type:
+    """A field's CLI type from its annotation: float, int, else str (paths are made by
+    `load_config`)."""
+    first = annotation.split("|")[0].strip()
+    return {"float": float, "int": int}.get(first, str)
+
+
+def setting_keys() -> frozenset[str]:
+    """Every flat key `load_config` takes as an override (the CLI's argument names)."""
+    return frozenset(_TOP | OVERRIDES.keys() | {s.key for s in cli_settings()})
+
+
+_PATHS = {"data", "schema", "out", "release_key", "lifetime_ledger", "candidates",
+          "enclave_log", "deny"}
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseConfig:
@@ -545,7 +651,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
             raise UserError(f"{p}: config file not found") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"{p}: not valid TOML ({e})") from None
-    top, sections = _read_tables(raw, str(path or "config"))
+    top, sections, mode_tables = _read_tables(raw, str(path or "config"))
+    active = overrides.get("selection_mode") or sections["selection"].get(
+        "mode", SelectionConfig.mode)
     for key, value in overrides.items():
         if value is None:
             continue
@@ -554,8 +662,13 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
         elif key in OVERRIDES:
             section, name = OVERRIDES[key]
             sections[section][name] = value
+        elif (owner := mode_setting_owner(key, active)) is not None:
+            mode_tables.setdefault(owner, {})[key] = value
         else:
             raise UserError(f"config: unknown setting '{key}'")
+    for name, table in mode_tables.items():  # every mode's table is checked, used or not
+        _mode_settings(describe(name), table)
+    sections["selection"]["settings"] = mode_tables.get(active)
     for needed in ("data", "schema"):
         if needed not in top:
             raise UserError(f"config: '{needed}' is required (in the TOML file or as --{needed})")
@@ -586,26 +699,44 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
         raise UserError(f"config: {e}") from None
 
 
-def _read_tables(raw: dict[str, Any], src: str) -> tuple[dict[str, Any], dict[str, dict]]:
+def _read_tables(raw: dict[str, Any], src: str,
+                 ) -> tuple[dict[str, Any], dict[str, dict], dict[str, dict]]:
+    """The TOML's top-level settings, its sections' settings, and the selection modes' own
+    tables (``[selection.<mode>]``)."""
     top: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTION_TYPES}
+    mode_tables: dict[str, dict[str, Any]] = {}
     for key, value in raw.items():
         if key in _TOP:
             top[key] = value
         elif key in _SECTIONS and isinstance(value, dict):
             for k, v in value.items():
-                if k not in _SECTIONS[key]:
+                if key == "selection" and k in mode_names() and isinstance(v, dict):
+                    mode_tables[k] = v
+                elif k in _SECTIONS[key]:
+                    section, name = _SECTIONS[key][k]
+                    sections[section][name] = v
+                elif key == "selection" and (owner := mode_setting_owner(k)) is not None:
+                    raise UserError(f"{src}: selection.{k} is a setting of selection mode "
+                                    f"'{owner}': write it in a [selection.{owner}] table")
+                else:
                     raise UserError(f"{src}: unknown setting '{key}.{k}'; known: "
                                     f"{sorted(_SECTIONS[key])}")
-                section, name = _SECTIONS[key][k]
-                sections[section][name] = v
         elif key == "cohorts" and isinstance(value, list):
             sections["counts"]["cohorts"] = tuple(_cohort(c, src) for c in value)
         elif key == "rates" and isinstance(value, list):
             sections["counts"]["rates"] = tuple(_rate(r, src) for r in value)
         else:
             raise UserError(f"{src}: unknown setting '{key}'")
-    return top, sections
+    return top, sections, mode_tables
+
+
+def mode_setting_owner(key: str, active: str | None = None) -> str | None:
+    """The selection mode a flat setting ``key`` belongs to (a CLI flag such as
+    ``--utility``, or an old flat key of ``[selection]``): the ``active`` mode if its
+    settings have that field, else the first mode's whose do."""
+    owners = [d.name for d in modes() if key in {f.name for f in fields(d.settings)}]
+    return active if active in owners else next(iter(owners), None)
 
 
 def _cohort(c: Any, src: str) -> Cohort:

@@ -38,8 +38,8 @@ from typing import Any
 import opendp.prelude as dp
 import polars as pl
 
-from release.opendp_compat import polars_plan
-from release.opendp_mechanisms import PrivacyUnit, spooled_context, unit_codes
+from release.dp.compat import polars_plan
+from release.dp.mechanisms import PrivacyUnit, spooled_context, unit_codes
 from selpe_audit.artifact.model_block import DP_VOCABULARY
 from selpe_audit.errors import UserError
 

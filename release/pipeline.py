@@ -19,13 +19,16 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
-from release import counts_model
+from release import dp
 from release.config import ReleaseConfig
-from release.counts import UNIT_COL, counts_section, derive_frame, plan_queries
+from release.counts import CountsBudget, CountsRows, measure
+from release.counts import get as counts_mode
+from release.counts.keys import UNIT_COL, derive_frame
+from release.counts.model import CONVERSION_ID, topic_col
+from release.dp.mechanisms import PrivacyUnit
 from release.enclave_log import EnclaveLog
 from release.installation import Installation, load_installation
 from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
-from release.opendp_mechanisms import PrivacyUnit, release_counts
 from release.phrases import CONSTRUCTOR as PHRASES_CONSTRUCTOR
 from release.phrases import (
     PhraseVocabulary,
@@ -57,24 +60,15 @@ from selpe_audit.models import Models, shared
 from selpe_audit.review.page import write_review_html
 from selpe_audit.schema import Schema, load_schema
 
-MODEL_ACCOUNTANT = (
-    "OpenDP: a Context in (epsilon, delta)-DP per free-text field's phrase vocabulary (if "
-    "any: partition selection); a Context compositor in zero-concentrated DP over every "
-    "other count query (the "
-    "contingency table's marginals, cohorts, rates: rho adds up), whose total rho OpenDP "
-    "converts to (epsilon, delta) at the counts' delta (counts/zcdp-to-approx-dp); then the "
-    "selection (if any) by its own accountant; the parts compose sequentially (epsilons and "
-    "deltas add). zCDP entries state rho; their epsilon is counted in the conversion entry.")
-ACCOUNTANT = ("OpenDP: a Context compositor over the count queries and an adaptive "
-              "compositor over the selection rounds, each entry's epsilon from its privacy "
-              "map; the two parts compose sequentially (total = their sum)")
-GAUSSIAN_ACCOUNTANT = (
-    "OpenDP: a Context compositor over the count queries (pure epsilon-DP) and an adaptive "
-    "compositor in zero-concentrated DP over the Gaussian selection rounds (rho adds up), "
-    "whose total rho OpenDP converts to (epsilon, delta) at the configured delta "
-    "(selection/zcdp-to-approx-dp); the two parts compose sequentially (epsilons add, the "
-    "delta is the selection's). Round entries state rho and mu; their epsilon is counted "
-    "in the conversion entry.")
+PHRASES_ACCOUNTANT = ("a Context in (epsilon, delta)-DP per free-text field's phrase "
+                      "vocabulary (partition selection)")
+PURE_SELECTION_ACCOUNTANT = ("an adaptive compositor over the selection rounds, each "
+                             "entry's epsilon from its privacy map")
+GAUSSIAN_SELECTION_ACCOUNTANT = (
+    "an adaptive compositor in zero-concentrated DP over the Gaussian selection rounds (rho "
+    "adds up), whose total rho OpenDP converts to (epsilon, delta) at the configured delta "
+    "(selection/zcdp-to-approx-dp); round entries state rho and mu, their epsilon is counted "
+    "in the conversion entry")
 
 
 #: LLM candidates per class for the topic codebooks when no public pool is configured
@@ -95,6 +89,7 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None,
     caps' ceiling from ``installation`` (default: the installation file). The private
     texts the release embedded are forgotten when it ends, however it ends."""
     models = models or shared()
+    dp.enable()
     try:
         return _release(cfg, console or Console(stderr=True, highlight=False), models,
                         installation or load_installation())
@@ -234,7 +229,7 @@ def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, unit: Pr
                 embedder: Embedder | None, log: EnclaveLog) -> CodedRows:
     """``rows`` (the private rows' typed frame) reduced to codes; in a model mode with free
     text, each text's DP phrase vocabulary first (its time goes to ``log``)."""
-    frame = derive_frame(rows, schema, cfg, person_field).collect()
+    frame = derive_frame(rows, schema, cfg.counts, person_field).collect()
     if not cfg.counts.is_model:
         return CodedRows(frame, [], {}, (0.0, 0.0), {})
     t0 = time.perf_counter()
@@ -246,7 +241,7 @@ def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, unit: Pr
     if codebooks and embedder is not None:  # a row's topic from its own text alone
         encoder = embedder.private_view()
         frame = frame.with_columns(
-            pl.Series(counts_model.topic_col(name),
+            pl.Series(topic_col(name),
                       assign_topics(cb, rows[name].to_list(), encoder),
                       dtype=pl.UInt32)
             for name, cb in codebooks.items())
@@ -261,23 +256,18 @@ def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, unit: Pr
 def _measure_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: PrivacyUnit,
                     codebooks: dict[str, Any],
                     ) -> tuple[list[LedgerEntry], dict, float, float]:
-    """The counts stage in the configured mode: ledger entries, the artifact's counts block,
-    and the (epsilon, delta) OpenDP's maps give, the phrase vocabularies' included."""
-    if not cfg.counts.is_model:
-        counts = release_counts(coded.frame.lazy(), unit, plan_queries(schema, cfg))
-        entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
-                               r.scope, r.composition) for r in counts.results]
-        return entries, counts_section(schema, cfg, counts), counts.total_epsilon, 0.0
+    """The counts stage in the configured mode (`release.counts`), after the phrase
+    vocabularies: ledger entries, the artifact's counts block, and the (epsilon, delta)
+    OpenDP's maps give, the phrase vocabularies' included."""
     vocab, spent = coded.vocab, coded.spent
-    cols = counts_model.model_columns(schema, coded.topics,
-                                      {n: v.slots for n, v in vocab.items()})
-    budget = (cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
-    rel = counts_model.release_model(coded.frame.lazy(), unit, schema, cfg, cols, budget)
     topic_json = {name: cb.to_json() for name, cb in codebooks.items()}
     topic_json |= {name: phrase_topics(v) for name, v in vocab.items()}
-    block = counts_model.counts_section(schema, cfg, cols, rel, topic_json)
-    entries = coded.phrase_entries + counts_model.ledger_entries(cfg, cols, rel)
-    return entries, block, rel.epsilon + spent[0], rel.delta + spent[1]
+    rows = CountsRows(coded.frame, unit, coded.topics, {n: v.slots for n, v in vocab.items()},
+                      topic_json)
+    budget = CountsBudget(cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
+    out = measure(rows, schema, cfg.counts, budget)
+    return (coded.phrase_entries + out.entries, out.block, out.epsilon + spent[0],
+            out.delta + spent[1])
 
 
 def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary) -> list[pl.Series]:
@@ -286,7 +276,7 @@ def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary) -> list[pl.Series]:
     each row's own text)."""
     distinct = texts.unique().to_list()
     codes = [vocab.codes(t) for t in distinct]
-    names = [counts_model.topic_col(texts.name, s + 1) for s in range(vocab.slots)]
+    names = [topic_col(texts.name, s + 1) for s in range(vocab.slots)]
     table = pl.DataFrame({"text": distinct, **{n: [c[s] for c in codes]
                                                for s, n in enumerate(names)}},
                          schema={"text": texts.dtype, **dict.fromkeys(names, pl.UInt32)})
@@ -381,7 +371,7 @@ def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: CandidateSourc
         "mode_description": {"accounting": d.accounting, "review": d.review,
                              "mechanism": d.mechanism, "person_bounding": d.person_bounding},
         "T": sel.rounds, "K": sel.k, "b": sel.batches, "q": sel.q,
-        **({"utility": sel.utility} if sel.mode == "selpe" else {}),
+        **({"utility": sel.settings.utility} if sel.mode == "selpe" else {}),
         "schedule": [r.epsilon if r.rho is None else r.rho for r in rounds],
         "epsilon": run.accounting.epsilon,
         "accounting": run.accounting.to_json(),
@@ -439,7 +429,9 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                               "alpha": counts_cfg.alpha if counts_cfg.rates else 0.0,
                               "n_min": counts_cfg.n_min},
                    **{k: v for k, v in lifetime_caps.items() if v is not None}},
-        "ledger": ledger_block(entries, total, _accountant(cfg, selection_mu), total_delta),
+        "ledger": ledger_block(entries, total,
+                               _accountant(cfg, schema, selection_mu, selection is not None),
+                               total_delta),
         "guarantees": guarantees,
         "counts": counts,
         "selection": selection,
@@ -457,9 +449,9 @@ def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:
     "marginals", else rho-zCDP with OpenDP's (epsilon, delta) conversion (and the phrase
     vocabularies' own (epsilon, delta))."""
     counts = [e for e in entries if e.id.startswith("counts/")]
-    if not cfg.counts.is_model:
+    if not cfg.counts.needs_delta:
         return f"pure epsilon-DP (epsilon {sum(e.epsilon for e in counts):.4g})"
-    conv = next(e for e in counts if e.id == counts_model.CONVERSION_ID)
+    conv = next(e for e in counts if e.id == CONVERSION_ID)
     words = (f"rho-zCDP (rho {conv.rho:.4g}, which OpenDP converts to "
              f"({conv.epsilon:.4g}, {conv.delta:.3g})-DP)")
     phrases = [e for e in counts if e.id != conv.id and e.accounting != "rho-zCDP"]
@@ -469,10 +461,17 @@ def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:
     return words
 
 
-def _accountant(cfg: ReleaseConfig, selection_mu: float | None) -> str:
-    if cfg.counts.is_model:
-        return MODEL_ACCOUNTANT
-    return GAUSSIAN_ACCOUNTANT if selection_mu is not None else ACCOUNTANT
+def _accountant(cfg: ReleaseConfig, schema: Schema, selection_mu: float | None,
+                selects: bool) -> str:
+    """How the ledger's entries add up, in words: the phrase vocabularies (if any), the
+    counts mode's own accountant, the selection's; the parts compose sequentially."""
+    parts = [PHRASES_ACCOUNTANT] if cfg.phrase_fields(schema) else []
+    parts.append(counts_mode(cfg.counts.mode).accountant)
+    if selects:
+        parts.append(GAUSSIAN_SELECTION_ACCOUNTANT if selection_mu is not None
+                     else PURE_SELECTION_ACCOUNTANT)
+    return (f"OpenDP: {'; '.join(parts)}. The parts compose sequentially (epsilons and "
+            "deltas add), each entry's epsilon from OpenDP's privacy map")
 
 
 def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dict[str, Any]:

@@ -29,8 +29,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+from release.dp import enable as enable_opendp
 from selpe_audit.models import Models, shared
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
+
+enable_opendp()  # as each command does at its entry (the tests call mechanisms directly)
 
 #: (kind, what) -> constructions in this session (`_model_loads`)
 MODEL_LOADS: Counter[tuple[str, str]] = Counter()
@@ -136,12 +139,15 @@ def with_settings(cfg, **flat):
     ``selection_mode``, ``cohorts``...); the new config is checked on construction."""
     from dataclasses import replace
 
-    from release.config import OVERRIDES
+    from release.config import OVERRIDES, mode_setting_owner
 
-    top = {k: v for k, v in flat.items() if k not in OVERRIDES}
+    own = {k: v for k, v in flat.items() if k not in OVERRIDES and mode_setting_owner(k)}
+    top = {k: v for k, v in flat.items() if k not in OVERRIDES and k not in own}
     sections: dict = {}
     for key, value in flat.items():
         if key in OVERRIDES:
             section, name = OVERRIDES[key]
             sections.setdefault(section, {})[name] = value
+    if own or "mode" in sections.get("selection", {}):  # a new mode starts from its defaults
+        sections.setdefault("selection", {})["settings"] = own or None
     return replace(cfg, **top, **{s: replace(getattr(cfg, s), **v) for s, v in sections.items()})

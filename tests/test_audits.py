@@ -236,7 +236,7 @@ def _halved_parallel_batches(parts, combine):
     """`parallel_batches` with its privacy map halved (a planted 2x accounting error)."""
     import opendp.prelude as dp
 
-    from release import opendp_mechanisms
+    from release.dp import mechanisms as opendp_mechanisms
 
     real = opendp_mechanisms.parallel_batches(parts, combine)
     with opendp_mechanisms._user_defined():
@@ -282,7 +282,7 @@ def test_zcdp_conversion_matches_an_independent_closed_form():
     not looser than the bound), and it is never looser than rho + 2 sqrt(rho ln(1/delta)).
     The audits' own conversion (audits.stats) and the release's inverse (zcdp_budget) agree
     with it to 1e-9."""
-    from release.opendp_mechanisms import to_approx_dp_of_rho, zcdp_budget
+    from release.dp.mechanisms import to_approx_dp_of_rho, zcdp_budget
 
     t = np.logspace(-7, 7, 200_001)  # alpha - 1
     alpha = 1 + t
@@ -311,7 +311,7 @@ def test_gaussian_and_model_claims_flag_an_error_in_the_release_conversion(demo_
     conversion, not from the release's zcdp_budget: with the release's rho -> (epsilon,
     delta) step planted at half the epsilon, its rho (and its noise) grows ~3x while the
     claim stays, and the audits FAIL (the conversion check; here at a few runs only)."""
-    from release import opendp_mechanisms
+    from release.dp import mechanisms as opendp_mechanisms
 
     real = opendp_mechanisms.approx_dp_of
     monkeypatch.setattr(opendp_mechanisms, "approx_dp_of",

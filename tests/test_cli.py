@@ -56,4 +56,38 @@ def test_release_help_states_the_config_defaults():
         assert f"(default {sel[name]})" in str(action.help), flag
     assert sel["rounds"] == 1 and sel["batches"] == 20  # the defaults the help once got wrong
     share = {f.name: f.default for f in fields(BudgetConfig)}["counts_share"]
-    assert f"(default {share:g}; 1 = counts only)" in text
+    assert f"(1 = counts only) (default {share:g})" in text
+
+
+def test_every_release_argument_reaches_the_config_field_that_declares_it(tmp_path):
+    """The CLI's arguments are built from the config's declarations (issue 34): each one,
+    given on the command line, sets its field in the config `load_config` builds."""
+    import argparse
+
+    from release import cli
+    from release.config import OVERRIDES, cli_settings, load_config, mode_setting_owner
+
+    parser = argparse.ArgumentParser(prog="selpe-audit release")
+    cli.COMMAND.add_arguments(parser)
+    base = ["--data", "rows.csv", "--schema", "s.json", "--key", "k.pem",
+            "--lifetime-ledger", str(tmp_path / "ledger")]
+    samples = {float: "0.5", int: "2", str: "x"}
+    for s in cli_settings():
+        if s.flag in base or s.flag in ("--query", "--table", "--counts-share", "--delta"):
+            continue  # set in base, database-only, or the pair of shares and delta (below)
+        value = s.choices[-1] if s.choices else samples[s.type]
+        value = {"--unit": "row", "--lifetime-epsilon": "4"}.get(s.flag, value)
+        owner = mode_setting_owner(s.key)  # a selection mode's own setting: that mode
+        mode = ["--selection", owner] if owner else []
+        args = parser.parse_args([*base, *mode, s.flag, value])
+        overrides = {k: v for k, v in vars(args).items() if k != "config"}
+        cfg = load_config(None, overrides)
+        section, name = OVERRIDES.get(s.key, (None, s.key))
+        got = (getattr(cfg.selection.settings, s.key) if owner else
+               getattr(getattr(cfg, section) if section else cfg, name))
+        assert str(got) == value or got == s.type(value), (s.flag, got)
+    args = parser.parse_args([*base, "--counts-share", "1", "--delta", "0.0001"])
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    overrides["selection_share"] = 0.0
+    cfg = load_config(None, overrides)
+    assert cfg.budget.counts_share == 1.0 and cfg.budget.delta == 1e-4

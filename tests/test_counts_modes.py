@@ -12,7 +12,7 @@ import pytest
 from conftest import DEMO_SAMPLE, with_settings
 
 from release.config import load_config
-from release.opendp_mechanisms import approx_dp_of
+from release.dp.mechanisms import approx_dp_of
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair
@@ -157,11 +157,11 @@ def test_topics_from_a_public_pool_and_no_canary_anywhere(tmp_path, keys):
 
 
 def _cols(fields: int, topics: int) -> list:
-    from release.counts_model import ModelColumn
+    from release.counts.model import ModelColumn
 
-    return [ModelColumn("label", "label", "class", "label", ("a", "b")),
-            *(ModelColumn(f"f{i}", f"f{i}", "categories", f"f{i}", ("x",)) for i in range(fields)),
-            *(ModelColumn(f"topic:t#{i}", "t", "topic", f"t{i}", ("p",)) for i in range(topics))]
+    return [ModelColumn("label", "label", "class", ("a", "b"), "label"),
+            *(ModelColumn(f"f{i}", f"f{i}", "categories", ("x",), f"f{i}") for i in range(fields)),
+            *(ModelColumn(f"topic:t#{i}", "t", "topic", ("p",), f"t{i}") for i in range(topics))]
 
 
 @pytest.mark.parametrize(("fields", "topics"), [(9, 1), (9, 3), (0, 2), (4, 0)])
@@ -169,7 +169,7 @@ def test_fixed_gives_the_class_and_the_text_topics_their_shares_of_the_rho(field
     """Fixed's query i gets rho in proportion to weight_i squared: the class balance gets
     class_share, the topics x class tables topic_share together (evenly), the fields the
     rest evenly; with one kind of column only, it gets all but the class's share."""
-    from release.counts_model import fixed_workload
+    from release.counts.model import fixed_workload
 
     queries = fixed_workload(_cols(fields, topics), class_share=0.25, topic_share=0.4)
     rho = np.array([q.weight ** 2 for q in queries])

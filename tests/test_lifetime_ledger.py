@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from release.config import load_config
-from release.counts import UNIT_COL, derive_frame
+from release.counts.keys import UNIT_COL, derive_frame
 from release.installation import INSTALLATION_ENV, Installation, load_installation
 from release.ledger import (
     FIXED_ENV,
@@ -384,7 +384,7 @@ def test_opendp_identifier_is_the_person_id(keys, tmp_path, demo_schema):
     priv = pl.read_csv(DEMO_SAMPLE).to_dicts()[:20]
     rows = [{f.name: r[f.name] for f in demo_schema.fields} for r in priv]
     rows[1]["patient_id"] = rows[0]["patient_id"]  # one person with two rows
-    frame = derive_frame(rows, demo_schema, cfg, "patient_id").collect()
+    frame = derive_frame(rows, demo_schema, cfg.counts, "patient_id").collect()
     assert frame[UNIT_COL].dtype == pl.UInt32
     # a code per person, injective both ways: OpenDP's units are exactly the people
     pairs = set(zip(frame[UNIT_COL].to_list(), [r["patient_id"] for r in rows], strict=True))

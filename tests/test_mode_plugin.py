@@ -1,5 +1,6 @@
-"""A selection mode from another package (an entry point) releases here, and the artifact it
-writes is reviewed and decoded in processes where that package is not installed (issue 34)."""
+"""A selection mode and a counts mode from another package (entry points) release here, and
+the artifact they write is reviewed and decoded in processes where that package is not
+installed (issue 34). The package follows docs/architecture.md's recipes."""
 
 from __future__ import annotations
 
@@ -34,15 +35,29 @@ class ToyMode(SelpeMode):
 MODE = register(ToyMode())
 '''
 
+TOY_COUNTS = '''"""A toy counts mode in its own package: OpenDP's Fixed under another name."""
+from dataclasses import replace
+
+from release.counts.model import FIXED_MODE
+from release.counts.registry import register
+from selpe_audit.artifact.counts_modes import FIXED
+
+MODE = register(replace(FIXED_MODE, descriptor=replace(
+    FIXED, name="toy-fixed", help="a plugin's counts mode (the fixed workload)",
+    review="the toy plugin's noisy marginals")))
+'''
+
 
 def _plugin(folder: Path) -> Path:
     """The package and its installed metadata (a dist-info with the entry point)."""
     folder.mkdir()
     (folder / "toy_mode.py").write_text(TOY)
+    (folder / "toy_counts.py").write_text(TOY_COUNTS)
     info = folder / "toy_mode-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-mode\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[selpe_audit.selection_modes]\ntoy = toy_mode\n")
+    (info / "entry_points.txt").write_text("[selpe_audit.selection_modes]\ntoy = toy_mode\n"
+                                           "[selpe_audit.counts_modes]\ntoy = toy_counts\n")
     return folder
 
 
@@ -58,8 +73,9 @@ def _run(*args: str, plugin: Path | None = None) -> subprocess.CompletedProcess:
 def test_a_plugin_mode_releases_and_reads_off_site_without_the_plugin(tmp_path, keys):
     plugin = _plugin(tmp_path / "plugin")
     helped = _run("release", "--help", plugin=plugin)
-    assert "toy-max" in helped.stdout
-    assert "toy-max" not in _run("release", "--help").stdout  # not installed: not offered
+    assert "toy-max" in helped.stdout and "toy-fixed" in helped.stdout
+    plain = _run("release", "--help").stdout
+    assert "toy-max" not in plain and "toy-fixed" not in plain  # not installed: not offered
     pool = tmp_path / "pool.jsonl"
     pool.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
                             for r in generate_rows(200, seed=2)))
@@ -67,17 +83,22 @@ def test_a_plugin_mode_releases_and_reads_off_site_without_the_plugin(tmp_path, 
     art = tmp_path / "out" / "release"
     r = _run("release", "--data", str(DEMO_SAMPLE), "--schema", str(demo_schema_path()),
              "--key", str(priv), "--out", str(art), "--selection", "toy-max", "--candidates",
-             str(pool), "--dataset", "plugin-demo", plugin=plugin)
+             str(pool), "--counts-mode", "toy-fixed", "--dataset", "plugin-demo", plugin=plugin)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     doc = json.loads((art / "release.json").read_text())
     assert doc["selection"]["mode"] == "toy-max"
     assert doc["selection"]["mode_description"]["review"] == "the toy plugin's noisy max"
     assert any(e["mechanism"] == "report noisy max per batch (toy plugin)"
                for e in doc["ledger"]["entries"])
+    assert doc["counts"]["mode"] == "toy-fixed" and doc["counts"]["model"]["marginals"]
+    assert doc["counts"]["mode_description"] == {
+        "accounting": "zCDP", "review": "the toy plugin's noisy marginals", "model": True}
     # off-site: the plugin is not installed in these processes
     rv = _run("review", str(art), "--release-key", str(pub))
     assert rv.returncode == 0, rv.stdout[-2000:] + rv.stderr[-2000:]
-    assert "the toy plugin&#x27;s noisy max" in (art / "review.html").read_text()
+    page = (art / "review.html").read_text()
+    assert "the toy plugin&#x27;s noisy max" in page
+    assert "the toy plugin&#x27;s noisy marginals" in page
     out = tmp_path / "syn.csv"
     d = _run("decode", str(art), "--release-key", str(pub), "--decoder", "model", "--n", "40",
              "--out", str(out))

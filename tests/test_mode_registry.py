@@ -15,8 +15,8 @@ import pytest
 
 from release import cli as release_cli
 from release.config import SelectionConfig, load_config
+from release.dp.mechanisms import NOISY_MAX_CONSTRUCTOR, selection_round
 from release.ledger import LedgerEntry
-from release.opendp_mechanisms import NOISY_MAX_CONSTRUCTOR, selection_round
 from release.pipeline import run_release
 from release.selection import registry, selection_modes
 from release.selection.types import Pools, RoundOutput, SelectionRun

@@ -1,4 +1,4 @@
-"""The OpenDP internals the release relies on (`release.opendp_compat`), pinned: an OpenDP
+"""The OpenDP internals the release relies on (`release.dp.compat`), pinned: an OpenDP
 upgrade that moves one fails here, naming it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import inspect
 import opendp.prelude as dp
 import polars as pl
 
-from release.counts_model import CalibratedFixed
-from release.opendp_compat import FIXED_MAKE_MARGINALS, mbi_helpers, polars_plan
+from release.counts.model import CalibratedFixed
+from release.dp.compat import FIXED_MAKE_MARGINALS, mbi_helpers, polars_plan
 
 
 def _params(f) -> list[str]:
@@ -34,7 +34,7 @@ def test_mbi_private_helpers_are_where_the_release_calls_them():
 
 
 def test_a_query_exposes_its_lazyframe_plan():
-    import release.opendp_mechanisms  # noqa: F401  (enables OpenDP's contrib features)
+    import release.dp.mechanisms  # noqa: F401  (enables OpenDP's contrib features)
 
     frame = pl.LazyFrame({"x": ["a", "b"]})
     ctx = dp.Context.compositor(data=frame, privacy_unit=dp.unit_of(contributions=1),
@@ -47,3 +47,17 @@ def test_a_query_exposes_its_lazyframe_plan():
     m = dp.m.make_private_lazyframe(domain, metric, ctx.accountant.output_measure,
                                     lazyframe=plan, global_scale=1.0, threshold=5)
     assert float(m.map(ctx.d_in)[0]) > 0
+
+
+def test_importing_the_stages_turns_on_no_opendp_feature():
+    """OpenDP's "contrib" is turned on at each command's entry (`release.dp.enable`), not as
+    a side effect of importing the release, the audits or the benchmarks."""
+    import subprocess
+    import sys
+
+    code = ("import release.pipeline, release.counts, release.cli, audits.cli, audits.mechanism, "
+            "benchmarks.counts_modes; from opendp.mod import GLOBAL_FEATURES; "
+            "print(sorted(GLOBAL_FEATURES))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]

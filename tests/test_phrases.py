@@ -14,7 +14,7 @@ from decode.decoders.model import ModelDecoder
 from decode.pipeline import DecodeSettings, run_decode
 from decode.released import released_view
 from release.config import load_config
-from release.opendp_mechanisms import PrivacyUnit
+from release.dp.mechanisms import PrivacyUnit
 from release.phrases import PhraseVocabulary, normalise, release_phrases
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release

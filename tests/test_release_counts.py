@@ -15,10 +15,11 @@ import polars as pl
 import pytest
 from conftest import DEMO_SAMPLE, good_row, with_settings
 
-from release.config import Cohort, RateSpec, ReleaseConfig, load_config
-from release.counts import derive_frame, plan_queries
+from release.config import Cohort, RateSpec, ReleaseConfig, load_config, mode_setting_owner
+from release.counts.keys import derive_frame
+from release.counts.marginals import plan_queries
+from release.dp.mechanisms import PrivacyUnit, count_measurement, new_context
 from release.ledger import LifetimeLedger
-from release.opendp_mechanisms import PrivacyUnit, count_measurement, new_context
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair
@@ -117,8 +118,9 @@ def test_noisy_counts_unbiased_with_ledger_variance(demo_schema):
     rows = pl.read_csv(DEMO_SAMPLE).to_dicts()
     cfg = ReleaseConfig(dataset="t", data=DEMO_SAMPLE, schema=demo_schema_path(),
                         out=Path("unused"), release_key=Path("unused"))
-    frame = derive_frame(rows, demo_schema, cfg, None)
-    query = next(q for q in plan_queries(demo_schema, cfg) if q.id == "counts/histogram/age")
+    frame = derive_frame(rows, demo_schema, cfg.counts, None)
+    query = next(q for q in plan_queries(demo_schema, cfg.counts, cfg.budget.counts_epsilon)
+                 if q.id == "counts/histogram/age")
     exact = frame.group_by(list(query.by)).len().collect()
     truth = {tuple(r[:-1]): r[-1] for r in exact.iter_rows()}
     eps = 0.5
@@ -278,7 +280,9 @@ def test_example_configs_pass_checks(tmp_path, keys, demo_schema, name):
     for line in commented:  # each commented setting alone, under its own section
         section = ("budget" if line.startswith(("delta", "lifetime_delta", "lifetime_epsilon"))
                    else "selection")
-        p.write_text(example.read_text().replace(f"[{section}]\n", f"[{section}]\n{line}\n"))
+        owner = mode_setting_owner(line.split(" = ")[0])
+        p.write_text(example.read_text() + f"\n[selection.{owner}]\n{line}\n" if owner else
+                     example.read_text().replace(f"[{section}]\n", f"[{section}]\n{line}\n"))
         # delta is checked on construction against the mode: it applies where its comment
         # says, to a Gaussian mode
         gaussian = {"selection_mode": "pe-histogram"} if line.startswith("delta") else {}
@@ -334,7 +338,7 @@ def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
     import stat
     import tempfile
 
-    import release.opendp_mechanisms as om
+    import release.dp.mechanisms as om
     import release.pipeline as pipeline
 
     spool_root = tmp_path / "tmp"

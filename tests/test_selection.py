@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from release.config import SelectionConfig, load_config
-from release.opendp_mechanisms import batch_noisy_max, noisy_max_scale
+from release.dp.mechanisms import batch_noisy_max, noisy_max_scale
 from release.pipeline import run_release
 from release.selection import PoolSource, PrivateClasses, run_selection
 from release.selection.selpe import batch_ids
@@ -164,7 +164,7 @@ def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd, m
 def _check_gaussian_ledger(doc, rounds, cfg):
     """Round entries state rho (OpenDP's Gaussian map at the stated sensitivity); the
     conversion entry is OpenDP's zCDP -> (epsilon, delta) of the composed rounds."""
-    from release.opendp_mechanisms import approx_dp_of, gaussian_with_scale
+    from release.dp.mechanisms import approx_dp_of, gaussian_with_scale
     from selpe_audit.artifact.guarantees import gdp_reconstruction_bound
 
     sel = doc["selection"]

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from release.config import SelectionConfig
-from release.opendp_mechanisms import noisy_max_scale
+from release.dp.mechanisms import noisy_max_scale
 from release.selection import PoolSource, PrivateClasses, run_selection
 from release.selection.selpe import batch_votes, one_class_per_unit
 from selpe_audit.demo.generator import generate_rows
@@ -94,7 +94,7 @@ def _numeric_private(demo_schema, rows):
 def test_selpe_input_keeps_one_class_per_unit_and_the_round_map_is_opendps(demo_schema):
     from opendp.mod import GLOBAL_FEATURES
 
-    from release.opendp_mechanisms import HONEST_BUT_CURIOUS
+    from release.dp.mechanisms import HONEST_BUT_CURIOUS
     from release.selection import OneClassPerUnit
     from release.selection.selpe import batch_utilities, round_measurement
 

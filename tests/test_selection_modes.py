@@ -19,7 +19,7 @@ import pytest
 
 from audits import mechanism
 from release.config import DEFAULT_DELTA, SelectionConfig, load_config
-from release.opendp_mechanisms import (
+from release.dp.mechanisms import (
     approx_dp_of,
     gaussian_scale,
     gaussian_with_scale,
@@ -66,7 +66,7 @@ def test_gdp_pr_interpretation():
 def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, counts_mode):
     """The signed scope sentence once called every counts mode pure epsilon-DP; the model
     modes are rho-zCDP, converted to (epsilon, delta)."""
-    from release import counts_model
+    from release.counts import model as counts_model
     from release.ledger import LedgerEntry
     from release.pipeline import build_document
 
@@ -100,7 +100,8 @@ def test_a_person_moves_the_statistics_by_at_most_the_sensitivity(demo_schema, k
     weight of 1, so the L2 shift stays within the stated sensitivity."""
     rows = generate_rows(80, seed=4)
     pool = PoolSource(demo_schema, [_record(r) for r in generate_rows(200, seed=5)], "x")
-    cfg = SelectionConfig(rounds=1, k=6, mode=mode, anchors=3, radius=0.7)
+    cfg = SelectionConfig(rounds=1, k=6, mode=mode, settings=(
+        {"anchors": 3, "radius": 0.7} if mode == "representatives" else None))
     pools = {}
     for c in demo_schema.classes:
         f = kernel.featurize(pool.generate(class_value=c, positives=[], negatives=[],

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from release.config import SelectionConfig, load_config
-from release.opendp_mechanisms import noisy_max_scale
+from release.dp.mechanisms import noisy_max_scale
 from release.selection import OneClassPerUnit, PrivateClasses, RoundOutput, SelectionRun
 from release.selection.selpe import MODE, batch_utilities, minmax, round_measurement
 from selpe_audit.demo.generator import generate_rows
@@ -74,20 +74,26 @@ def test_the_rounds_opendp_map_is_the_same_for_raw_and_minmax(demo_schema):
 
 
 def test_utility_setting_is_checked_and_reaches_the_ledger(tmp_path):
-    with pytest.raises(UserError, match=r"selection\.utility must be 'minmax' or 'raw'"):
-        SelectionConfig(utility="bogus")
-    assert SelectionConfig().utility == "minmax"
+    """selpe's utility is its own setting ([selection.selpe], or --utility)."""
+    with pytest.raises(UserError, match=r"\[selection\.selpe\]: utility must be 'minmax' "
+                                        "or 'raw'"):
+        SelectionConfig(settings={"utility": "bogus"})
+    assert SelectionConfig().settings.utility == "minmax"
     toml = tmp_path / "r.toml"
-    toml.write_text('data = "x.csv"\nschema = "s.json"\nrelease_key = "k.pem"\n'
-                    f'out = "{tmp_path / "out"}"\n[selection]\nutility = "raw"\n')
-    assert load_config(toml, {}).selection.utility == "raw"
-    assert load_config(toml, {"utility": "minmax"}).selection.utility == "minmax"  # CLI wins
+    head = ('data = "x.csv"\nschema = "s.json"\nrelease_key = "k.pem"\n'
+            f'out = "{tmp_path / "out"}"\n')
+    toml.write_text(head + '[selection.selpe]\nutility = "raw"\n')
+    assert load_config(toml, {}).selection.settings.utility == "raw"
+    assert load_config(toml, {"utility": "minmax"}).selection.settings.utility == "minmax"
     toml.write_text(toml.read_text().replace('"raw"', '"bogus"'))
     with pytest.raises(UserError, match="'minmax' or 'raw'"):
         load_config(toml, {})
+    toml.write_text(head + '[selection]\nutility = "raw"\n')  # the old flat key says where
+    with pytest.raises(UserError, match=r"write it in a \[selection\.selpe\] table"):
+        load_config(toml, {})
     run = SelectionRun([RoundOutput(1, 0.2, 10.0, 1)], None)  # type: ignore[arg-type]
     for u, words in (("minmax", "min-max rescaled"), ("raw", "as is")):
-        (entry,) = MODE.ledger_entries(SelectionConfig(utility=u), run)
+        (entry,) = MODE.ledger_entries(SelectionConfig(settings={"utility": u}), run)
         assert words in entry.scope
 
 

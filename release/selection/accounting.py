@@ -12,18 +12,18 @@ import math
 from typing import TYPE_CHECKING
 
 from release.config import SelectionConfig
-from release.ledger import LedgerEntry
-from release.opendp_mechanisms import (
+from release.dp.mechanisms import (
     CONVERSION_CONSTRUCTOR,
     approx_dp_of,
     gaussian_compositor,
     selection_compositor,
     zcdp_budget,
 )
+from release.ledger import LedgerEntry
 from release.selection.types import Accounting, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.opendp_mechanisms
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
     import opendp.prelude as dp
 
 PURE_MEASURE = "pure epsilon-DP (max divergence)"

@@ -24,14 +24,14 @@ import numpy as np
 import polars as pl
 
 from release.config import SelectionConfig
+from release.dp.mechanisms import GAUSSIAN_CONSTRUCTOR, gaussian_round, gaussian_scale
 from release.ledger import LedgerEntry
-from release.opendp_mechanisms import GAUSSIAN_CONSTRUCTOR, gaussian_round, gaussian_scale
 from release.selection.types import Pools, PrivateClasses, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.opendp_mechanisms
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
     import opendp.prelude as dp
 
 

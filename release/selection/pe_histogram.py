@@ -70,10 +70,10 @@ class PeHistogramMode(GaussianVotesMode):
                    t: int) -> GaussianStatistics:
         return GaussianStatistics(
             SENSITIVITY, lambda p: vote_vector(p, kernel, pools),
-            lambda noisy, scale: rankings(noisy, pools, cfg.threshold * scale))
+            lambda noisy, scale: rankings(noisy, pools, cfg.settings.threshold * scale))
 
     def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
-        return {"threshold_noise_scales": cfg.threshold,
+        return {"threshold_noise_scales": cfg.settings.threshold,
                 "votes": "each private row votes for its nearest candidate (kernel distance) "
                          "with weight 1 / (its privacy unit's rows): L2 sensitivity 1",
                 "survivors": "candidates with noisy votes above threshold x scale, most votes "

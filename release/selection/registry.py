@@ -9,7 +9,6 @@ check, the artifact schema, the review page and the loop all read the registry.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
@@ -18,15 +17,15 @@ from release.config import SelectionConfig
 from release.ledger import LedgerEntry
 from release.selection.types import Pools, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor, describe, mode_names, register_mode
-from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import Kernel
+from selpe_audit.plugins import load_plugins as _load
 from selpe_audit.schema import Schema
 
 #: Entry-point group of selection modes in other packages: each names a module that calls
 #: `register` when imported (``[project.entry-points."selpe_audit.selection_modes"]``).
 PLUGIN_GROUP = "selpe_audit.selection_modes"
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.opendp_mechanisms
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
     import opendp.prelude as dp
 
 
@@ -83,11 +82,5 @@ def selection_modes() -> tuple[SelectionMode, ...]:
 
 
 def load_plugins() -> None:
-    """Import every installed selection-mode plugin (each registers itself); a plugin that
-    fails to load is a one-line error naming it."""
-    for ep in entry_points(group=PLUGIN_GROUP):
-        try:
-            ep.load()
-        except Exception as e:
-            raise UserError(f"selection mode plugin '{ep.name}' ({ep.value}) failed to "
-                            f"load: {type(e).__name__}: {e}; fix or uninstall it") from None
+    """Import the selection modes of installed plugins (each registers itself)."""
+    _load(PLUGIN_GROUP, "selection mode")

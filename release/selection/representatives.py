@@ -185,17 +185,19 @@ class RepresentativesMode(GaussianVotesMode):
 
     def statistics(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools,
                    t: int) -> GaussianStatistics:
-        skeletons = {c: skeleton(flatten(kernel, f, s), cfg.n_anchors(cfg.quota(t)), cfg.dims,
+        own = cfg.settings
+        skeletons = {c: skeleton(flatten(kernel, f, s), own.n_anchors(cfg.quota(t)), own.dims,
                                  seed=t)
                      for c, (f, s) in pools.items()}  # public: candidates only
         return GaussianStatistics(
-            sensitivity(cfg.radius),
-            lambda p: stats_vector(p, kernel, pools, skeletons, cfg.radius),
+            sensitivity(cfg.settings.radius),
+            lambda p: stats_vector(p, kernel, pools, skeletons, own.radius),
             lambda noisy, _scale: rankings(noisy, kernel, pools, skeletons))
 
     def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
-        return {"anchors": cfg.anchors or "the round's quota", "radius": cfg.radius,
-                "dims": cfg.dims,
+        own = cfg.settings
+        return {"anchors": own.anchors or "the round's quota", "radius": own.radius,
+                "dims": own.dims,
                 "skeleton": "k-means anchors and a PCA basis of the round's candidates (public)",
                 "votes": "noisy center = anchor + basis (noisy offset sum / max(noisy count, "
                          "1)); each votes for its nearest candidate with its noisy count"}

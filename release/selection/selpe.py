@@ -23,7 +23,7 @@ The round enforces its own sensitivity: as an OpenDP chain it first applies the
 one-class-per-unit rule (a stable transformation into `OneClassPerUnit`, the only input
 the batch utilities accept), then per (class, batch) a stable transformation to the
 batch's utilities and OpenDP's ``then_noisy_max``, composed in parallel
-(`release.opendp_mechanisms.parallel_batches`). Its epsilon is OpenDP's map of the chain.
+(`release.dp.mechanisms.parallel_batches`). Its epsilon is OpenDP's map of the chain.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ import numpy as np
 import polars as pl
 
 from release.config import UTILITIES, SelectionConfig
-from release.ledger import LedgerEntry
-from release.opendp_mechanisms import (
+from release.dp.mechanisms import (
     NOISY_MAX_CONSTRUCTOR,
     batch_selector,
     noisy_max_scale,
     one_class_per_unit_map,
     parallel_batches,
 )
+from release.ledger import LedgerEntry
 from release.selection.registry import register
 from release.selection.types import (
     OneClassPerUnit,
@@ -59,7 +59,7 @@ from selpe_audit.artifact.modes import SELPE, ModeDescriptor
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.opendp_mechanisms
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
     import opendp.prelude as dp
 
 #: How the ledger's scope line names each utility mode (a reviewer reads it there).
@@ -177,7 +177,7 @@ class SelpeMode:
         scale = noisy_max_scale(cfg.k * m_t, budget)  # OpenDP's calibration, once per round
         measurement = round_measurement(
             kernel, pools, cfg.batches, scale, key,
-            lambda votes: {c: most_chosen(v) for c, v in votes.items()}, cfg.utility)
+            lambda votes: {c: most_chosen(v) for c, v in votes.items()}, cfg.settings.utility)
         if measurement.map(1) > budget:  # OpenDP's map of the whole round decides
             raise RuntimeError("the selpe round exceeds its epsilon")
         # charged its slot in OpenDP's adaptive compositor (the map above is at most that)
@@ -188,7 +188,7 @@ class SelpeMode:
             f"selection/round/{r.round}", self.descriptor.mechanism, self.constructor,
             r.scale, float(r.epsilon or 0.0), 0.0,
             f"round {r.round}: every class, {cfg.batches} disjoint batches each; utilities "
-            f"{UTILITY_SCOPE[cfg.utility]}",
+            f"{UTILITY_SCOPE[cfg.settings.utility]}",
             "parallel across batches and classes; sequential across rounds (OpenDP adaptive "
             "composition)") for r in run.rounds]
 

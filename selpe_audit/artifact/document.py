@@ -81,7 +81,7 @@ _MODEL = {
     "type": "object",
     "required": ["algorithm", "measure", "rho", "columns", "marginals"],
     "properties": {
-        "algorithm": {"enum": ["fixed", "aim", "mst"]},
+        "algorithm": {"type": "string", "minLength": 1},
         "measure": {"const": "zero-concentrated"},
         "rho": {"type": "number", "minimum": 0},
         "estimator": {"type": "string"},
@@ -115,7 +115,11 @@ _TOPICS = {"type": "object", "additionalProperties": {
             "slots": {"type": "integer", "minimum": 1}}},
     }}}
 _COUNTS = {"type": "object", "properties": {
-    "mode": {"enum": ["marginals", "fixed", "aim", "mst"]},
+    # any name: a mode registered by a plugin reads off-site, where it is not installed
+    "mode": {"type": "string", "minLength": 1},
+    "mode_description": {"type": "object", "properties": {
+        "accounting": {"enum": ["pure", "zCDP"]}, "review": {"type": "string"},
+        "model": {"type": "boolean"}}},
     "model": _MODEL,
     "topics": _TOPICS,
 }}

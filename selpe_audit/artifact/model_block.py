@@ -1,8 +1,9 @@
 """The counts model and topic codebooks of a release.json (``counts.model``, ``counts.topics``).
 
-A model-mode release (``counts.mode`` fixed, aim or mst) carries every noisy marginal OpenDP
-measured, so decode can refit the same Private-PGM model off-site from the artifact alone,
-and, per free-text field, the public topic codebook whose topic is a column of that model.
+A model-mode release (``counts.mode`` fixed, aim, mst, or a plugin's) carries every noisy
+marginal OpenDP measured, so decode can refit the same Private-PGM model off-site from the
+artifact alone, and, per free-text field, the public topic codebook whose topic is a column
+of that model.
 As in `selpe_audit.artifact.view`, ``parse_*`` reads tolerantly (the review must show any
 document) and ``check_*`` refuses a malformed block with a ValueError, which the view turns
 into its one-line `UserError`. Every value here is a DP output or public.
@@ -17,7 +18,9 @@ from typing import Any
 
 from selpe_audit.schema import Schema
 
-MODEL_ALGORITHMS = ("fixed", "aim", "mst")
+#: how decode refits the model from the released marginals, whichever counts mode (its
+#: ``algorithm``) chose them
+ESTIMATORS = ("mirror_descent",)
 COLUMN_KINDS = ("class", "categories", "bins", "topic")
 TOPIC_PREFIX = "topic:"
 #: ``counts.topics[field].source`` of a DP phrase or keyword vocabulary (`release.phrases`)
@@ -56,6 +59,10 @@ class ModelColumn:
     @property
     def cells(self) -> int:
         return len(self.keys) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "field": self.field, "kind": self.kind,
+                "keys": list(self.keys)}
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,7 @@ def parse_topics(raw: Any) -> dict[str, Topics]:
 def check_model_shape(model: CountsModel) -> None:
     """What rebuilding the model needs, without a schema: unique columns, and every marginal
     over known columns with one integer per cell and a positive standard deviation."""
-    if model.algorithm not in MODEL_ALGORITHMS or model.estimator != "mirror_descent":
+    if not isinstance(model.algorithm, str) or model.estimator not in ESTIMATORS:
         raise ValueError("unknown counts model algorithm or estimator")
     names = [c.name for c in model.columns]
     if not names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):

@@ -10,11 +10,68 @@ and a new mode registers its own descriptor through ``release.selection.registry
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 Accounting = Literal["pure", "zCDP"]
+
+
+#: selpe's per-batch utilities: "minmax" rescales each batch's -g to span [-1, 0] (the
+#: same range, so the same sensitivity and noise); "raw" keeps -g (release.selection.selpe)
+UTILITIES = ("minmax", "raw")
+
+
+@dataclass(frozen=True)
+class NoSettings:
+    """The settings block of a mode that has none."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelpeSettings:
+    """``[selection.selpe]``."""
+
+    utility: str = field(default="minmax", metadata={
+        "help": "selpe: each batch's utilities min-max rescaled to span [-1, 0] (minmax; same "
+                "sensitivity and noise) or -g as is (raw)", "choices": UTILITIES})
+
+    def __post_init__(self) -> None:
+        if self.utility not in UTILITIES:
+            raise ValueError(f"utility must be {or_list([repr(u) for u in UTILITIES])}, got "
+                             f"{self.utility!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeHistogramSettings:
+    """``[selection.pe-histogram]``: votes <= threshold x the noise scale are dropped."""
+
+    threshold: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.threshold, int | float) and math.isfinite(self.threshold)
+                and self.threshold >= 0):
+            raise ValueError("threshold must be a number >= 0 (noise scales)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepresentativesSettings:
+    """``[selection.representatives]``: k-means ``anchors`` per class (0: the round's quota),
+    the clip norm ``radius`` of a row's offset from its anchor, ``dims`` of the public
+    basis."""
+
+    anchors: int = 0
+    radius: float = 0.5
+    dims: int = 16
+
+    def __post_init__(self) -> None:
+        if self.anchors < 0 or self.dims < 0:
+            raise ValueError("anchors and dims must be >= 0")
+        if not (math.isfinite(self.radius) and self.radius > 0):
+            raise ValueError("radius must be a number > 0")
+
+    def n_anchors(self, quota: int) -> int:
+        return self.anchors or quota
 
 
 @dataclass(frozen=True)
@@ -26,7 +83,9 @@ class ModeDescriptor:
     ``review``: how the review page says winners were chosen; ``mechanism``: a round's
     ledger entry; ``block_key``/``block_schema``: the mode's own block in ``selection``;
     ``person_bounding``: how a round bounds one person's rows (the artifact's
-    ``privacy_unit.bounding.selection`` under unit = "person").
+    ``privacy_unit.bounding.selection`` under unit = "person"); ``settings``: the frozen
+    dataclass of the mode's own settings (``[selection.<name>]``; a field with ``help`` in
+    its metadata is also a CLI flag), which checks itself with a ValueError.
     """
 
     name: str
@@ -37,6 +96,7 @@ class ModeDescriptor:
     block_key: str | None = None
     block_schema: Mapping[str, Any] = field(default_factory=dict)
     person_bounding: str = "all of a person's rows; the round's sensitivity bounds them"
+    settings: type = NoSettings
 
     @property
     def needs_delta(self) -> bool:
@@ -46,15 +106,29 @@ class ModeDescriptor:
 _REGISTRY: dict[str, ModeDescriptor] = {}
 
 
-def register_mode(descriptor: ModeDescriptor) -> ModeDescriptor:
-    """Add a mode (idempotent for the same descriptor; a different one may not take a name)."""
+class _Described(Protocol):
+    name: str
+    accounting: Accounting
+
+
+D = TypeVar("D", bound=_Described)
+
+
+def add_descriptor(registry: dict[str, D], descriptor: D, what: str) -> D:
+    """Add ``descriptor`` to ``registry`` (idempotent for the same descriptor; a different
+    one may not take a name). ``what``: "selection mode", "counts mode"."""
     if descriptor.accounting not in ("pure", "zCDP"):
-        raise ValueError(f"selection mode {descriptor.name}: accounting must be pure or zCDP")
-    known = _REGISTRY.get(descriptor.name)
+        raise ValueError(f"{what} {descriptor.name}: accounting must be pure or zCDP")
+    known = registry.get(descriptor.name)
     if known is not None and known != descriptor:
-        raise ValueError(f"selection mode {descriptor.name} is already registered")
-    _REGISTRY[descriptor.name] = descriptor
+        raise ValueError(f"{what} {descriptor.name} is already registered")
+    registry[descriptor.name] = descriptor
     return descriptor
+
+
+def register_mode(descriptor: ModeDescriptor) -> ModeDescriptor:
+    """Add a selection mode (`add_descriptor`)."""
+    return add_descriptor(_REGISTRY, descriptor, "selection mode")
 
 
 def modes() -> tuple[ModeDescriptor, ...]:
@@ -94,7 +168,8 @@ SELPE = register_mode(ModeDescriptor(
     person_bounding="a person's rows of one class only (where they have most rows), all of "
                     "them in one batch (keyed hash of the person id), however many: utilities "
                     "lie in [-1, 0], so one person moves one batch's scores by at most 1 "
-                    "(L-inf); bounded by the utility range, not by max_contributions"))
+                    "(L-inf); bounded by the utility range, not by max_contributions",
+    settings=SelpeSettings))
 PE_HISTOGRAM = register_mode(ModeDescriptor(
     name="pe-histogram", accounting="zCDP",
     help="Private Evolution's Gaussian vote histogram",
@@ -107,7 +182,8 @@ PE_HISTOGRAM = register_mode(ModeDescriptor(
     block_schema={"type": "object",
                   "required": ["threshold_noise_scales", "votes", "survivors"],
                   "properties": {"threshold_noise_scales": {"type": "number", "minimum": 0},
-                                 "votes": _TEXT, "survivors": _TEXT}}))
+                                 "votes": _TEXT, "survivors": _TEXT}},
+    settings=PeHistogramSettings))
 REPRESENTATIVES = register_mode(ModeDescriptor(
     name="representatives", accounting="zCDP",
     help="SecPE's noisy cluster representatives",
@@ -123,4 +199,5 @@ REPRESENTATIVES = register_mode(ModeDescriptor(
                   "properties": {"anchors": {"type": ["integer", "string"]},
                                  "radius": {"type": "number", "exclusiveMinimum": 0},
                                  "dims": {"type": "integer", "minimum": 0},
-                                 "skeleton": _TEXT, "votes": _TEXT}}))
+                                 "skeleton": _TEXT, "votes": _TEXT}},
+    settings=RepresentativesSettings))

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from selpe_audit.artifact.counts_modes import describe_counts
 from selpe_audit.artifact.model_block import (
     CountsModel,
     Topics,
@@ -147,9 +148,27 @@ class Counts:
     cohorts: Cohorts | None
     rates: tuple[Rate, ...]
     extra: Mapping[str, Any]  # blocks this version does not know, shown as they are
-    mode: Any = None  # "marginals" (also when absent), "fixed", "aim" or "mst"
+    mode: Any = None  # the counts mode's name ("marginals" when absent)
     model: CountsModel | None = None  # model modes: every noisy marginal, to refit the model
     topics: Mapping[str, Topics] = field(default_factory=dict)  # free-text topic codebooks
+
+    @property
+    def description(self) -> dict[str, Any]:
+        """What the release said of its counts mode (``mode_description``: accounting,
+        review words, whether it is a model), so a plugin's mode reads where it is not
+        installed; empty in an artifact made before it was written."""
+        return as_dict(self.extra.get("mode_description"))
+
+    @property
+    def model_expected(self) -> bool:
+        """Whether the mode releases a counts model: as its description says, else as the
+        built-in mode of that name (an artifact made before descriptions)."""
+        if isinstance(self.description.get("model"), bool):
+            return self.description["model"]
+        try:
+            return describe_counts(self.mode).model
+        except ValueError:
+            return False
 
     def class_hints(self) -> dict[Any, dict[str, str]]:
         """Post-processing for prompts: each class's most likely category or bin per field
@@ -506,14 +525,15 @@ def _stddev(x: Any) -> None:
 
 def _check_model_parts(counts: Counts, schema: Schema) -> None:
     """The optional model-mode parts: the mode, stddevs, the model and the topic codebooks
-    (an artifact without them, made before model modes, reads as mode "marginals")."""
-    if counts.mode not in (None, "marginals", "fixed", "aim", "mst"):
-        raise ValueError("unknown counts mode")
+    (an artifact without them, made before model modes, reads as mode "marginals"). Any
+    mode name reads: the block says whether it is a model (``counts.model``)."""
+    if counts.mode is not None and not (isinstance(counts.mode, str) and counts.mode):
+        raise ValueError("the counts mode must be a name")
     _stddev(counts.class_balance.stddev)
     check_topics(counts.topics, schema)
     if counts.model is not None:
         check_model(counts.model, schema, counts.topics)
-    elif counts.mode not in (None, "marginals"):
+    elif counts.model_expected:
         raise ValueError("a model counts mode needs its counts.model block")
 
 

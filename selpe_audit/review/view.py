@@ -360,9 +360,10 @@ FLAT_CELLS_SHOWN = 200  # the terminal lists at most this many cells of a margin
 
 
 def shown_extra(view: ReleaseView) -> dict[str, Any]:
-    """``counts.extra`` less the blocks the review shows typed (mode, model, topics), so each
+    """``counts.extra`` less the blocks the review shows typed (mode, its description, model,
+    topics), so each
     released number is shown once; a marginals-mode artifact keeps its extra as it was."""
-    typed = {"mode", "model"} if view.counts.model is not None else set()
+    typed = {"mode", "mode_description", "model"} if view.counts.model is not None else set()
     if view.counts.topics:
         typed.add("topics")
     return {k: v for k, v in view.counts.extra.items() if k not in typed}
@@ -409,7 +410,10 @@ def class_grid(model: CountsModel,
 
 def model_summary(view: ReleaseView, model: CountsModel) -> list[tuple[str, Any]]:
     """The counts model's header as (label, value) pairs, for one line or one small table."""
-    return [("counts mode", view.counts.mode), ("algorithm", model.algorithm),
+    return [("counts mode", view.counts.mode),
+            *([("made by", view.counts.description["review"])]
+              if isinstance(view.counts.description.get("review"), str) else []),
+            ("algorithm", model.algorithm),
             ("measure", f"{fmt_value(model.measure)} (rho-zCDP)"), ("rho", model.rho),
             ("total (noisy total rows)", model.total), ("estimator", model.estimator)]
 

@@ -1,4 +1,4 @@
-"""Counts as a graphical model: OpenDP's contingency tables (``opendp.extras.mbi``) in zCDP.
+"""The model counts modes: OpenDP's contingency tables (``opendp.extras.mbi``) in zCDP.
 
 Modes ``fixed``, ``aim`` and ``mst`` release noisy marginals with Gaussian noise, and OpenDP
 fits the maximum-entropy model (Private-PGM) that decode samples records from. One OpenDP
@@ -21,7 +21,7 @@ decode never samples.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,29 +29,31 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
-from release.config import ReleaseConfig
-from release.counts import (
+from release.config import CountsConfig
+from release.counts.keys import (
     CLASS_COL,
+    cohort_and_rate_blocks,
     cohort_query,
-    cohorts_block,
     key_col,
     public_values,
-    rate_block,
     rate_queries,
 )
-from release.ledger import LedgerEntry
-from release.opendp_compat import mbi_helpers
-from release.opendp_mechanisms import (
+from release.counts.registry import CountsBudget, CountsRows, MeasuredCounts, register
+from release.dp.calibration import calibrate
+from release.dp.compat import mbi_helpers
+from release.dp.mechanisms import (
     CONVERSION_CONSTRUCTOR,
-    CountQuery,
     NoisyCounts,
     PrivacyUnit,
-    count_measurement,
+    measure_count,
     new_context,
     post_processing,
     to_approx_dp_of_rho,
     zcdp_budget,
 )
+from release.ledger import LedgerEntry
+from selpe_audit.artifact import model_block as artifact_model
+from selpe_audit.artifact.counts_modes import AIM, FIXED, MST, CountsModeDescriptor
 from selpe_audit.artifact.model_block import TOPIC_PREFIX, topic_column
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
@@ -70,34 +72,28 @@ def topic_col(name: str, slot: int = 1) -> str:
 
 
 @dataclass(frozen=True)
-class ModelColumn:
-    """One variable of the model: its name in the artifact, its frame column, its keys."""
+class ModelColumn(artifact_model.ModelColumn):
+    """The artifact's model column (its name: the field's, or "topic:<field>"; the field it
+    describes; its kind; its keys) and ``frame_col``, its column of public-key codes in the
+    private frame."""
 
-    name: str          # artifact name: the field's name, or "topic:<field>"
-    field: str         # the schema field it describes
-    kind: str          # "class" | "categories" | "bins" | "topic"
-    frame_col: str     # the column of public-key codes in the private frame
-    keys: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "field": self.field, "kind": self.kind,
-                "keys": list(self.keys)}
+    frame_col: str = ""
 
 
 def model_columns(schema: Schema, topics: dict[str, int],
                   slots: Mapping[str, int] | None = None) -> list[ModelColumn]:
     """The class first, then every categorical or numeric field, then each text topic (a
     keyword field: one per slot, ``slots[field]``)."""
-    cols = [ModelColumn(schema.label, schema.label, "class", CLASS_COL,
-                        tuple(str(c) for c in schema.classes))]
+    cols = [ModelColumn(schema.label, schema.label, "class",
+                        tuple(str(c) for c in schema.classes), CLASS_COL)]
     for f in schema.record_fields:
         if f.kind in ("categorical", "numeric") and f.name != schema.label:
             cols.append(ModelColumn(f.name, f.name,
                                     "categories" if f.kind == "categorical" else "bins",
-                                    key_col(f.name), tuple(public_values(f))))
+                                    tuple(public_values(f)), key_col(f.name)))
     for name, k in topics.items():
-        cols.extend(ModelColumn(topic_column(name, s), name, "topic", topic_col(name, s),
-                                tuple(str(j) for j in range(k)))
+        cols.extend(ModelColumn(topic_column(name, s), name, "topic",
+                                tuple(str(j) for j in range(k)), topic_col(name, s))
                     for s in range(1, (slots or {}).get(name, 1) + 1))
     return cols
 
@@ -128,12 +124,11 @@ def fixed_workload(cols: list[ModelColumn], class_share: float,
 
 @dataclass(kw_only=True, frozen=True)
 class CalibratedFixed(dp.mbi.Fixed):
-    """OpenDP's ``Fixed`` with its scale found from OpenDP's map in two builds.
+    """OpenDP's ``Fixed`` with its scale found by `release.dp.calibration.calibrate`.
 
     ``Fixed`` binary-searches the noise scale (~60 builds of the whole marginals chain: 30 s
-    for the demo's 14 marginals on 2 cores). The chain's zCDP map is rho(1) / scale^2, so one
-    probe at scale 1 gives the scale, and OpenDP's map of the final chain is checked against
-    the slot. The chain and the model fit are Fixed's own (OpenDP parts, mbi's estimator).
+    for the demo's 14 marginals on 2 cores); `calibrate` needs two. The chain and the model
+    fit are Fixed's own (OpenDP parts, mbi's estimator).
     """
 
     def make_marginals(self, input_domain: Any, input_metric: Any, output_measure: Any,
@@ -157,10 +152,7 @@ class CalibratedFixed(dp.mbi.Fixed):
         def make(scale: float) -> dp.Measurement:
             return stable >> then_noise_marginals(output_measure, cliques, scale, weights)
 
-        scale = math.sqrt(float(make(1.0).map(d_in)) / d_out) * (1 + 1e-9)
-        measured = make(scale)
-        if measured.map(d_in) > d_out:
-            raise RuntimeError("OpenDP calibration of the marginals exceeded their rho")
+        measured, _ = calibrate(make, d_in, d_out)
         domain = Domain.fromdict(get_cardinalities(input_domain))
 
         def fit(new_releases: list) -> tuple[Any, Any]:
@@ -169,19 +161,6 @@ class CalibratedFixed(dp.mbi.Fixed):
                                                  potentials=None)
 
         return measured >> post_processing(fit)
-
-
-def algorithm(mode: str, cols: list[ModelColumn], cfg: ReleaseConfig) -> dp.mbi.Algorithm:
-    """The mode's OpenDP algorithm. AIM gets the label-weighted Fixed workload as its
-    candidates, and a bound on rounds so that it finishes in minutes."""
-    workload = fixed_workload(cols, cfg.counts.class_share, cfg.counts.topic_share)
-    if mode == "fixed":
-        return CalibratedFixed(queries=workload)
-    if mode == "aim":
-        return dp.mbi.AIM(queries=workload, rounds=cfg.counts.aim_rounds)
-    if mode == "mst":
-        return dp.mbi.MST()
-    raise ValueError(f"not a model counts mode: {mode}")
 
 
 @dataclass(frozen=True)
@@ -196,56 +175,55 @@ class ModelRelease:
     delta: float
 
 
-def release_model(priv_frame: pl.LazyFrame, unit: PrivacyUnit, schema: Schema,
-                  cfg: ReleaseConfig, cols: list[ModelColumn],
-                  budget: tuple[float, float] | None = None) -> ModelRelease:
-    """Every count of the release through one OpenDP Context in rho-zCDP, at ``budget``
-    (epsilon, delta; default: the counts' whole budget)."""
-    counts = cfg.counts
+def release_model(mode: ModelMode, rows: CountsRows, schema: Schema, counts: CountsConfig,
+                  cols: list[ModelColumn], budget: CountsBudget) -> ModelRelease:
+    """Every count of the release through one OpenDP Context in rho-zCDP, at ``budget``."""
     gamma = counts.gamma if counts.cohorts else 0.0
     alpha = counts.alpha if counts.rates else 0.0
-    epsilon, delta = budget or (cfg.budget.counts_epsilon, cfg.counts_delta)
-    (rho,) = zcdp_budget(epsilon, delta, [1.0])
-    others = ([cohort_query(schema, cfg, rho * gamma)] if counts.cohorts else []) + \
-        rate_queries(schema, cfg, rho * alpha)
+    (rho,) = zcdp_budget(budget.epsilon, budget.delta, [1.0])
+    others = ([cohort_query(schema, counts, rho * gamma)] if counts.cohorts else []) + \
+        rate_queries(schema, counts, rho * alpha)
+    frame, unit = rows.frame.lazy(), rows.unit
+    algo = mode.algorithm(cols, counts)
     table_slot = rho * (1 - gamma - alpha)
-    if counts.mode in ("aim", "mst"):
-        table_slot = _working_slot(priv_frame, unit, cols, cfg, table_slot)
+    if mode.adaptive:
+        table_slot = working_slot(frame, unit, cols, algo, table_slot)
     slots = [table_slot, *(q.epsilon for q in others)]
     if table_slot < rho * (1 - gamma - alpha):  # the unspent hair: never queried
         slots.append(rho * (1 - gamma - alpha) - table_slot)
-    ctx = new_context(priv_frame, unit, slots, measure="rho")
-    measurement = _table_query(ctx, unit, cols, cfg)
+    ctx = new_context(frame, unit, slots, measure="rho")
+    measurement = table_query(ctx, unit, cols, algo)
     table_rho = float(measurement.map(ctx.d_in))  # OpenDP's map (the Context checks it too)
     try:
         table = ctx(measurement)
     except dp.OpenDPException as e:
         if "insufficient budget" not in str(e):
             raise
-        raise UserError(f"counts mode '{counts.mode}': OpenDP's {_algo_name(cfg)} overran "
+        raise UserError(f"counts mode '{counts.mode}': OpenDP's {mode.opendp_name} overran "
                         "its budget by a float rounding error (opendp issue 2789) on a "
                         "data-dependent path; nothing was released, the reservation is "
                         "charged - use counts.mode = \"fixed\"") from None
-    results = [_gaussian_counts(ctx, unit, q) for q in others]
+    results = [measure_count(ctx, unit, q) for q in others]
     spent = table_rho + sum(r.epsilon for r in results)  # NoisyCounts.epsilon holds rho here
     if spent > rho * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting of the counts exceeds their rho")
-    eps, delta = to_approx_dp_of_rho(rho, delta)
+    eps, delta = to_approx_dp_of_rho(rho, budget.delta)
     return ModelRelease(table, table_rho, results, rho, eps, delta)
 
 
-def _table_query(ctx: dp.Context, unit: PrivacyUnit, cols: list[ModelColumn],
-                 cfg: ReleaseConfig) -> dp.Measurement:
+def table_query(ctx: dp.Context, unit: PrivacyUnit, cols: list[ModelColumn],
+                algo: dp.mbi.Algorithm) -> dp.Measurement:
     """The contingency table measurement at the context's next slot (after truncation to
-    each person's bound, if the unit is a person)."""
+    each person's bound, if the unit is a person): the release's, and the mechanism
+    audit's with its own copy of the algorithm."""
     return (unit.bounded(ctx.query()).select(*[c.frame_col for c in cols])
             .contingency_table(keys={c.frame_col: list(range(len(c.keys))) for c in cols},
-                               algorithm=algorithm(cfg.counts.mode, cols, cfg))
+                               algorithm=algo)
             .resolve())
 
 
-def _working_slot(priv_frame: pl.LazyFrame, unit: PrivacyUnit, cols: list[ModelColumn],
-                  cfg: ReleaseConfig, slot: float) -> float:
+def working_slot(priv_frame: pl.LazyFrame, unit: PrivacyUnit, cols: list[ModelColumn],
+                 algo: dp.mbi.Algorithm, slot: float) -> float:
     """A slot at most ``slot`` on which AIM/MST's own accounting does not overrun (opendp
     issue 2789: "insufficient budget for query: 0.0999... > 0.0999..."): dry runs on a
     public all-zero frame of the same columns, shrinking the slot by a hair until one
@@ -258,29 +236,17 @@ def _working_slot(priv_frame: pl.LazyFrame, unit: PrivacyUnit, cols: list[ModelC
         trial = slot * (1 - UPSTREAM_SLACK * (2 ** k - 1))
         ctx = new_context(dummy, unit, [trial], measure="rho")
         try:
-            ctx(_table_query(ctx, unit, cols, cfg))
+            ctx(table_query(ctx, unit, cols, algo))
             return trial
         except dp.OpenDPException as e:
             if "insufficient budget" not in str(e):
                 raise
-    raise RuntimeError(f"OpenDP's {cfg.counts.mode} overran every slot tried")
-
-
-def _gaussian_counts(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> NoisyCounts:
-    measurement = count_measurement(ctx, unit, q)
-    summary = dp.summarize_polars_measurement(measurement)
-    table = ctx(measurement).collect().select([*q.by, "dp_count"])
-    return NoisyCounts(id=q.id, table=table,
-                       constructor="opendp.extras.polars: group_by().agg(dp.len())",
-                       mechanism=str(summary["distribution"][0]),
-                       scale=float(summary["scale"][0]),
-                       epsilon=float(measurement.map(ctx.d_in)), scope=q.scope,
-                       composition=q.composition)
+    raise RuntimeError(f"OpenDP's {type(algo).__name__} overran every slot tried")
 
 
 # ----- ledger ----------------------------------------------------------------------------
 
-def ledger_entries(cfg: ReleaseConfig, cols: list[ModelColumn],
+def ledger_entries(mode: ModelMode, cols: list[ModelColumn],
                    rel: ModelRelease) -> list[LedgerEntry]:
     """One entry per released marginal set, the Gaussian cohorts and rates, and OpenDP's
     conversion of the counts' total rho to (epsilon, delta)."""
@@ -291,7 +257,7 @@ def ledger_entries(cfg: ReleaseConfig, cols: list[ModelColumn],
     entries = [LedgerEntry(
         TABLE_ID, f"Gaussian noise on {len(marginals)} marginals, model fit by mirror "
         "descent (post-processing)",
-        f"opendp.extras.polars: contingency_table(algorithm=dp.mbi.{_algo_name(cfg)})",
+        f"opendp.extras.polars: contingency_table(algorithm=dp.mbi.{mode.opendp_name})",
         float(min(m.stddev for m in marginals)), 0.0, 0.0, f"all rows; marginals: {cliques}",
         "sequential with the other count queries", ZCDP_ACCOUNTING, rho=rel.table_rho)]
     for r in rel.others:
@@ -305,13 +271,9 @@ def ledger_entries(cfg: ReleaseConfig, cols: list[ModelColumn],
     return entries
 
 
-def _algo_name(cfg: ReleaseConfig) -> str:
-    return {"fixed": "Fixed", "aim": "AIM", "mst": "MST"}[cfg.counts.mode]
-
-
 # ----- the artifact's counts block (post-processing) ------------------------------------
 
-def counts_section(schema: Schema, cfg: ReleaseConfig, cols: list[ModelColumn],
+def counts_section(schema: Schema, counts: CountsConfig, cols: list[ModelColumn],
                    rel: ModelRelease, topics: dict[str, Any]) -> dict[str, Any]:
     """The ``counts`` block: every noisy marginal as released (``model``), and the class
     balance and class-conditional histograms projected from the fitted model (so every
@@ -322,7 +284,6 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, cols: list[ModelColumn],
     balance = np.asarray(table.project((label,)))[:n_classes]
     out: dict[str, Any] = {
         "signed": True,
-        "mode": cfg.counts.mode,
         "class_balance": {
             "mechanism_id": TABLE_ID,
             "classes": list(schema.classes),
@@ -348,15 +309,10 @@ def counts_section(schema: Schema, cfg: ReleaseConfig, cols: list[ModelColumn],
             "dp_counts_by_class": [[round(float(v)) for v in row] for row in proj],
             "stddev": _std(table, (label, c.frame_col)),
         }
-    out["model"] = model_block(cfg, cols, rel)
+    out["model"] = model_block(counts.mode, cols, rel)
     if topics:
         out["topics"] = topics
-    results = {r.id: r for r in rel.others}
-    if cfg.counts.cohorts:
-        out["cohorts"] = cohorts_block(schema, cfg, results["counts/cohorts"])
-    if cfg.counts.rates:
-        out["rates"] = [rate_block(schema, cfg, i, r, results[f"counts/rates/{i}"])
-                        for i, r in enumerate(cfg.counts.rates)]
+    out.update(cohort_and_rate_blocks(schema, counts, {r.id: r for r in rel.others}))
     return out
 
 
@@ -367,7 +323,7 @@ def _std(table: Any, attrs: tuple[str, ...]) -> float | None:
         return None
 
 
-def model_block(cfg: ReleaseConfig, cols: list[ModelColumn], rel: ModelRelease) -> dict:
+def model_block(algorithm_name: str, cols: list[ModelColumn], rel: ModelRelease) -> dict:
     """Every released marginal (null cells included), its noise and measure: a reviewer sees
     every number, and decode rebuilds the model from this alone."""
     names = {c.frame_col: c.name for c in cols}
@@ -377,7 +333,7 @@ def model_block(cfg: ReleaseConfig, cols: list[ModelColumn], rel: ModelRelease) 
         marginals.append({"clique": [names[a] for a in m.clique],
                           "stddev": float(m.stddev),
                           "values": [_number(v) for v in values]})
-    return {"algorithm": cfg.counts.mode, "measure": "zero-concentrated", "rho": rel.table_rho,
+    return {"algorithm": algorithm_name, "measure": "zero-concentrated", "rho": rel.table_rho,
             "estimator": "mirror_descent", "columns": [c.to_json() for c in cols],
             "marginals": marginals, "total": float(rel.table.model.total)}
 
@@ -387,3 +343,46 @@ def _number(v: Any) -> int | float:
     """A released cell as it came out of OpenDP: integer noise stays an integer."""
     x = float(v)
     return int(x) if x.is_integer() else x
+
+
+# ----- the modes ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelMode:
+    """A counts mode built on OpenDP's contingency tables: one Context in rho-zCDP, the
+    artifact's ``counts.model`` block, the ``model`` decoder. A new such mode is one
+    instance with its algorithm (`register`)."""
+
+    descriptor: CountsModeDescriptor
+    #: the ``dp.mbi`` algorithm's name, for the ledger and messages
+    opendp_name: str
+    #: AIM and MST: their own accounting can overrun by a ulp (`working_slot`)
+    adaptive: bool
+    #: the mode's ``dp.mbi`` algorithm over the model's columns, from the [counts] settings
+    algorithm: Callable[[list[ModelColumn], CountsConfig], dp.mbi.Algorithm]
+    accountant: str = (
+        "a Context compositor in zero-concentrated DP over every count query (the "
+        "contingency table's marginals, cohorts, rates: rho adds up), whose total rho "
+        "OpenDP converts to (epsilon, delta) at the counts' delta "
+        f"({CONVERSION_ID}); zCDP entries state rho, their epsilon is counted in the "
+        "conversion entry")
+
+    def measure(self, rows: CountsRows, schema: Schema, counts: CountsConfig,
+                budget: CountsBudget) -> MeasuredCounts:
+        cols = model_columns(schema, dict(rows.topics), rows.slots)
+        rel = release_model(self, rows, schema, counts, cols, budget)
+        block = counts_section(schema, counts, cols, rel, dict(rows.topic_blocks))
+        return MeasuredCounts(ledger_entries(self, cols, rel), block, rel.epsilon, rel.delta)
+
+
+def _workload(cols: list[ModelColumn], counts: CountsConfig) -> list[dp.mbi.Count]:
+    return fixed_workload(cols, counts.class_share, counts.topic_share)
+
+
+#: Fixed: the class balance and the class's 2-way marginal with every column (CoRTeC's)
+FIXED_MODE = register(ModelMode(FIXED, "Fixed", False,
+                                lambda cols, c: CalibratedFixed(queries=_workload(cols, c))))
+#: AIM: the Fixed workload as its candidates, rounds bounded so it finishes in minutes
+AIM_MODE = register(ModelMode(AIM, "AIM", True, lambda cols, c: dp.mbi.AIM(
+    queries=_workload(cols, c), rounds=c.aim_rounds)))
+MST_MODE = register(ModelMode(MST, "MST", True, lambda cols, c: dp.mbi.MST()))

@@ -8,7 +8,6 @@ the privacy unit and the budget it is given).
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import weakref
@@ -23,11 +22,11 @@ import opendp.prelude as dp
 import polars as pl
 from opendp.mod import GLOBAL_FEATURES
 
-from release.opendp_compat import polars_plan
+from release.dp.calibration import calibrate
+from release.dp.compat import polars_plan
 
 IdsT = TypeVar("IdsT", pl.Expr, pl.Series)
 
-dp.enable_features("contrib")
 #: OpenDP's flag for user-defined domains, transformations and measurements (whose maps are
 #: ours to get right): turned on only while one is built (`_user_defined`), never globally.
 HONEST_BUT_CURIOUS = "honest-but-curious"
@@ -137,10 +136,8 @@ def count_measurement(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> dp.M
     """The OpenDP measurement of one count query, calibrated to the next budget slot of ``ctx``.
 
     The plan: truncation per person (if any), group-by count, join on the public keys.
-    Calibration uses OpenDP's own privacy map instead of its generic binary search (which
-    builds ~60 measurements): the map of a Laplace count is linear in 1/scale, so one probe
-    at scale 1 gives the scale for the slot, and OpenDP's map of the final measurement is
-    checked against the slot (the Context checks it again when the query is submitted).
+    The scale comes from OpenDP's map (`calibrate`); the Context checks it again when the
+    query is submitted.
     """
     query = (unit.bounded(ctx.query()).group_by(list(q.by))
              .agg(dp.len(signed=True).alias(COUNT_COLUMN))
@@ -152,16 +149,19 @@ def count_measurement(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> dp.M
         return dp.m.make_private_lazyframe(domain, metric, ctx.accountant.output_measure,
                                            lazyframe=plan, global_scale=scale)
 
-    slot = float(ctx.d_mids[0])
-    probe = float(make(1.0).map(ctx.d_in))
-    if ctx.accountant.output_measure == dp.zero_concentrated_divergence():
-        scale = math.sqrt(probe / slot) * (1 + 1e-9)  # Gaussian: rho = rho(1) / scale^2
-    else:
-        scale = probe / slot * (1 + 1e-12)            # Laplace: epsilon = epsilon(1) / scale
-    measurement = make(scale)
-    if measurement.map(ctx.d_in) > slot:
-        raise RuntimeError("OpenDP calibration exceeded its budget slot")
-    return measurement
+    return calibrate(make, ctx.d_in, float(ctx.d_mids[0]))[0]
+
+
+def measure_count(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> NoisyCounts:
+    """Run count query ``q`` in ``ctx``'s next slot: its noisy counts and OpenDP's accounting
+    (``epsilon`` holds the slot's measure: rho in a zCDP Context)."""
+    measurement = count_measurement(ctx, unit, q)
+    summary = dp.summarize_polars_measurement(measurement)
+    table = ctx(measurement).collect().select([*q.by, COUNT_COLUMN])
+    return NoisyCounts(
+        id=q.id, table=table, constructor="opendp.extras.polars: group_by().agg(dp.len())",
+        mechanism=str(summary["distribution"][0]), scale=float(summary["scale"][0]),
+        epsilon=float(measurement.map(ctx.d_in)), scope=q.scope, composition=q.composition)
 
 
 def new_context(priv_frame: pl.LazyFrame, unit: PrivacyUnit, budgets: list[float],
@@ -219,16 +219,7 @@ def release_counts(priv_frame: pl.LazyFrame, unit: PrivacyUnit,
     releases every key, empty ones included, so the released keys never depend on data.
     """
     ctx = new_context(priv_frame, unit, [q.epsilon for q in queries])
-    results = []
-    for q in queries:
-        measurement = count_measurement(ctx, unit, q)
-        summary = dp.summarize_polars_measurement(measurement)
-        table = ctx(measurement).collect().select([*q.by, COUNT_COLUMN])
-        results.append(NoisyCounts(
-            id=q.id, table=table, constructor="opendp.extras.polars: group_by().agg(dp.len())",
-            mechanism=str(summary["distribution"][0]), scale=float(summary["scale"][0]),
-            epsilon=float(measurement.map(ctx.d_in)), scope=q.scope,
-            composition=q.composition))
+    results = [measure_count(ctx, unit, q) for q in queries]
     spent = float(sum(ctx.current_privacy_loss()))
     return CountsRelease(results, spent)
 
@@ -264,15 +255,8 @@ def batch_noisy_max(n_candidates: int, epsilon: float) -> dp.Measurement:
 
 
 def noisy_max_scale(n_candidates: int, epsilon: float) -> float:
-    """The scale whose OpenDP privacy map at L-inf distance 1 is <= epsilon (2 / epsilon).
-
-    OpenDP's map is linear in 1 / scale, so one probe at scale 1 gives it (a binary search
-    builds ~60 measurements); the map of the result is checked against epsilon."""
-    probe = float(noisy_max_with_scale(n_candidates, 1.0).map(1.0))
-    scale = probe / epsilon * (1 + 1e-12)
-    if noisy_max_with_scale(n_candidates, scale).map(1.0) > epsilon:
-        raise RuntimeError("OpenDP calibration of the noisy max exceeded its epsilon")
-    return scale
+    """The scale whose OpenDP privacy map at L-inf distance 1 is <= epsilon (2 / epsilon)."""
+    return calibrate(lambda s: noisy_max_with_scale(n_candidates, s), 1.0, epsilon)[1]
 
 
 def selection_compositor(epsilons: list[float]) -> dp.Measurement:
@@ -401,15 +385,8 @@ def gaussian_with_scale(scale: float) -> dp.Measurement:
 
 
 def gaussian_scale(sensitivity: float, rho: float) -> float:
-    """The Gaussian scale whose OpenDP map at L2 distance ``sensitivity`` is <= rho.
-
-    OpenDP's map is rho = (d_in / scale)^2 / 2, so one probe at scale 1 gives the scale;
-    the map of the result is checked against the slot."""
-    probe = float(gaussian_with_scale(1.0).map(sensitivity))
-    scale = math.sqrt(probe / rho) * (1 + 1e-9)
-    if gaussian_with_scale(scale).map(sensitivity) > rho:
-        raise RuntimeError("OpenDP calibration of the Gaussian exceeded its rho")
-    return scale
+    """The Gaussian scale whose OpenDP map at L2 distance ``sensitivity`` is <= rho."""
+    return calibrate(gaussian_with_scale, sensitivity, rho)[1]
 
 
 def gaussian_round(sensitivity: float, scale: float, vectorize: Callable[[Any], Any],

@@ -1,0 +1,120 @@
+"""The counts modes: one protocol, one registry.
+
+A counts mode is its public `CountsModeDescriptor` (name, accounting, words; kept in the
+shared core so the config check and the review know it without this package) plus what
+only the enclave runs: `measure`, which plans its count queries from the ``[counts]``
+settings and its budget, runs them through OpenDP, and returns the ledger entries and the
+artifact's ``counts`` block. `register` puts both in place, so a new mode is one module
+that calls it: the CLI's choices, the config check, the pipeline, the mechanism audit's
+choices and the benchmarks read the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import polars as pl
+
+from release.config import CountsConfig
+from release.dp.mechanisms import PrivacyUnit
+from release.ledger import LedgerEntry
+from selpe_audit.artifact.counts_modes import (
+    CountsModeDescriptor,
+    counts_modes,
+    describe_counts,
+    register_counts_mode,
+)
+from selpe_audit.plugins import load_plugins as _load
+from selpe_audit.schema import Schema
+
+#: Entry-point group of counts modes in other packages: each names a module that calls
+#: `register` when imported (``[project.entry-points."selpe_audit.counts_modes"]``).
+PLUGIN_GROUP = "selpe_audit.counts_modes"
+
+
+@dataclass(frozen=True)
+class CountsBudget:
+    """What the counts may spend: (epsilon, delta); delta is 0 for a pure-DP mode."""
+
+    epsilon: float
+    delta: float = 0.0
+
+
+@dataclass(frozen=True)
+class CountsRows:
+    """The private rows as every counts mode reads them: one row each of public-key codes
+    (class, fields' categories or bins, cohort, outcomes, topics) and the unit code
+    (`release.counts.keys.derive_frame`), the privacy unit, and the free-text topic columns
+    a model mode adds (``topics``: topics per text field, ``slots``: columns per field,
+    ``topic_blocks``: the artifact's ``counts.topics``)."""
+
+    frame: pl.DataFrame
+    unit: PrivacyUnit
+    topics: Mapping[str, int] = field(default_factory=dict)
+    slots: Mapping[str, int] = field(default_factory=dict)
+    topic_blocks: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MeasuredCounts:
+    """What a mode released: its ledger entries, the artifact's ``counts`` block, and the
+    (epsilon, delta) OpenDP's maps give."""
+
+    entries: list[LedgerEntry]
+    block: dict[str, Any]
+    epsilon: float
+    delta: float
+
+
+class CountsMode(Protocol):
+    """What the pipeline asks of a counts mode."""
+
+    descriptor: CountsModeDescriptor
+    #: how the counts' entries add up, for the ledger's accountant line
+    accountant: str
+
+    def measure(self, rows: CountsRows, schema: Schema, counts: CountsConfig,
+                budget: CountsBudget) -> MeasuredCounts:
+        """Plan the mode's queries from ``counts`` and ``budget`` (data-independent), run
+        them through OpenDP, and post-process the noisy counts into the artifact's block."""
+        ...
+
+
+_MODES: dict[str, CountsMode] = {}
+
+
+def register(mode: CountsMode) -> CountsMode:
+    """Make ``mode`` a choice: its descriptor in the shared core, its measurement here."""
+    register_counts_mode(mode.descriptor)
+    _MODES[mode.descriptor.name] = mode
+    return mode
+
+
+def get(name: str) -> CountsMode:
+    """The mode called ``name``; ValueError (naming the known modes) otherwise."""
+    describe_counts(name)
+    if name not in _MODES:
+        raise ValueError(f"counts mode '{name}' has no measurement in this release")
+    return _MODES[name]
+
+
+def measure(rows: CountsRows, schema: Schema, counts: CountsConfig,
+            budget: CountsBudget) -> MeasuredCounts:
+    """The configured mode's counts, its block stamped with the mode and its description
+    (so review and decode read it where the mode is not installed)."""
+    mode = get(counts.mode)
+    out = mode.measure(rows, schema, counts, budget)
+    block = {**out.block, "mode": mode.descriptor.name,
+             "mode_description": mode.descriptor.to_json()}
+    return MeasuredCounts(out.entries, block, out.epsilon, out.delta)
+
+
+def load_plugins() -> None:
+    """Import the counts modes of installed plugins (each registers itself)."""
+    _load(PLUGIN_GROUP, "counts mode")
+
+
+__all__ = ["CountsBudget", "CountsMode", "CountsRows", "MeasuredCounts", "counts_modes",
+           "get", "load_plugins", "measure", "register"]

@@ -1,0 +1,90 @@
+"""The public face of each counts mode, registered in one place.
+
+Like `selpe_audit.artifact.modes` for selection: the config check, the CLI's choices, the
+artifact and the review need a counts mode's name, accounting and words without the
+enclave's code. The built-in modes are declared here; ``release.counts`` pairs each with
+its OpenDP measurement, and a new mode registers its descriptor through
+``release.counts.registry``. The artifact's ``counts.mode_description`` carries the words
+and accounting, so decode and review read a release made by a mode they do not know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from selpe_audit.artifact.modes import Accounting, add_descriptor
+
+
+@dataclass(frozen=True)
+class CountsModeDescriptor:
+    """What the CLI, the config check and the review say of a counts mode.
+
+    ``accounting``: ``pure`` (epsilon-DP) or ``zCDP`` (rho-zCDP that OpenDP converts to
+    (epsilon, delta): the mode needs a delta). ``model``: it releases a counts model
+    (``counts.model``: every noisy marginal, so decode refits it), which can hold free-text
+    topic columns (the DP phrase vocabularies, topic codebooks). ``audit``: the
+    ``selpe-audit audit mechanism`` kind that tests its measurement.
+    """
+
+    name: str
+    accounting: Accounting
+    help: str
+    review: str
+    model: bool
+    audit: str
+
+    @property
+    def needs_delta(self) -> bool:
+        return self.accounting == "zCDP"
+
+    def to_json(self) -> dict[str, object]:
+        """The artifact's ``counts.mode_description``."""
+        return {"accounting": self.accounting, "review": self.review, "model": self.model}
+
+
+_REGISTRY: dict[str, CountsModeDescriptor] = {}
+
+
+def register_counts_mode(descriptor: CountsModeDescriptor) -> CountsModeDescriptor:
+    """Add a counts mode (`selpe_audit.artifact.modes.add_descriptor`)."""
+    return add_descriptor(_REGISTRY, descriptor, "counts mode")
+
+
+def counts_modes() -> tuple[CountsModeDescriptor, ...]:
+    """Every registered counts mode, in registration order (the built-ins first)."""
+    return tuple(_REGISTRY.values())
+
+
+def describe_counts(name: str) -> CountsModeDescriptor:
+    """The descriptor of ``name``; ValueError naming the known modes otherwise."""
+    d = _REGISTRY.get(name) if isinstance(name, str) else None
+    if d is None:
+        raise ValueError(f"unknown counts mode '{name}'; choose one of "
+                         f"{', '.join(_REGISTRY)}")
+    return d
+
+
+_MODEL = ("Gaussian noisy marginals in zCDP (OpenDP's contingency tables), and the "
+          "maximum-entropy model fitted to them")
+
+MARGINALS = register_counts_mode(CountsModeDescriptor(
+    name="marginals", accounting="pure",
+    help="Laplace histograms per class (pure epsilon-DP)",
+    review="Laplace noisy counts: the class balance and one histogram per field and class",
+    model=False, audit="counts"))
+FIXED = register_counts_mode(CountsModeDescriptor(
+    name="fixed", accounting="zCDP",
+    help="the label's 2-way marginals, a fixed workload (zCDP); default",
+    review=f"{_MODEL}: the class balance and the class's 2-way marginal with each field",
+    model=True, audit="model"))
+AIM = register_counts_mode(CountsModeDescriptor(
+    name="aim", accounting="zCDP",
+    help="OpenDP's AIM: adaptively chosen marginals (zCDP)",
+    review=f"{_MODEL}: marginals chosen adaptively by AIM", model=True, audit="model"))
+MST = register_counts_mode(CountsModeDescriptor(
+    name="mst", accounting="zCDP",
+    help="OpenDP's MST: a maximum spanning tree of 2-way marginals (zCDP)",
+    review=f"{_MODEL}: a maximum spanning tree of 2-way marginals chosen by MST",
+    model=True, audit="model"))
+
+DEFAULT_COUNTS_MODE = FIXED.name
