@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import polars as pl
 
+from selpe_audit.artifact.records import Source, json_form
 from selpe_audit.errors import UserError
 
 SCHEMES = ("postgresql", "postgres")
@@ -104,7 +105,7 @@ class DatabaseSource:
         if len(key) < 16:
             raise ValueError("the query's HMAC needs an enclave secret of at least 16 bytes")
         mac = hmac.new(key, _QUERY_DOMAIN + self.sql.encode("utf-8"), hashlib.sha256)
-        return {"kind": "postgresql", "query_hmac_sha256": mac.hexdigest()}
+        return json_form(Source("postgresql", query_hmac_sha256=mac.hexdigest()))
 
 
 def _explain(e: Exception) -> str:

@@ -34,7 +34,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,34 +49,15 @@ from release.installation import (
 from release.ledger_units import UnitHashes, hash_units, overlap
 from release.ledger_units import fingerprint as units_fingerprint
 from selpe_audit.artifact.canonical import atomic_write_bytes
+from selpe_audit.artifact.records import Ledger, LedgerEntry, json_form
 from selpe_audit.artifact.signing import key_id, load_private_key, load_public_key
 from selpe_audit.errors import UserError
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One mechanism's accounting, as OpenDP reports it."""
-
-    id: str
-    mechanism: str
-    constructor: str
-    scale: float
-    epsilon: float
-    delta: float
-    scope: str
-    composition: str
-    accounting: str = "pure epsilon-DP"  # or "rho-zCDP" (epsilon, delta then in a conversion)
-    rho: float | None = None
-    mu: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-
 def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: str,
-                 total_delta: float = 0.0) -> dict:
-    return {"entries": [e.to_json() for e in entries], "total_epsilon": total_epsilon,
-            "total_delta": total_delta, "accountant": accountant}
+                 total_delta: float = 0.0) -> dict[str, Any]:
+    """The artifact's ``ledger`` block."""
+    return json_form(Ledger(tuple(entries), total_epsilon, total_delta, accountant))
 
 
 LEDGER_ENV = "SELPE_AUDIT_LEDGER"  # the installation's ledger folder (absolute)

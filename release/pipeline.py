@@ -28,7 +28,7 @@ from release.counts.model import CONVERSION_ID, topic_col
 from release.dp.mechanisms import PrivacyUnit
 from release.enclave_log import EnclaveLog
 from release.installation import Installation, load_installation
-from release.ledger import LedgerEntry, LifetimeLedger, ledger_block
+from release.ledger import LifetimeLedger, ledger_block
 from release.phrases import CONSTRUCTOR as PHRASES_CONSTRUCTOR
 from release.phrases import (
     PhraseVocabulary,
@@ -48,8 +48,10 @@ from release.selection import (
 )
 from release.selection.candidates import CandidateSource, candidate_source
 from release.topics import assign_topics, build_codebook, public_topic_texts
+from selpe_audit.artifact import records
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions, write_release
 from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
+from selpe_audit.artifact.records import Budget, LedgerEntry, LifetimeStamp, json_form
 from selpe_audit.artifact.signing import key_id, load_private_key
 from selpe_audit.artifact.view import counts_view
 from selpe_audit.errors import UserError
@@ -147,9 +149,8 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     except BaseException:
         ledger.finish(rid, "aborted")
         raise
-    lifetime = {"ledger_id": ledger_id, "dataset": cfg.dataset, "reservation_id": rid,
-                "lifetime_epsilon": cap_eps, "lifetime_delta": cap_delta,
-                "committed_epsilon": spent_eps, "committed_delta": spent_delta}
+    lifetime = LifetimeStamp(ledger_id, cfg.dataset, rid, cap_eps, cap_delta, spent_eps,
+                             spent_delta)
     # From here on DP mechanisms run: the reservation stands whatever happens.
     t_counts = time.perf_counter()
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
@@ -374,7 +375,7 @@ def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: CandidateSourc
         **({"utility": sel.settings.utility} if sel.mode == "selpe" else {}),
         "schedule": [r.epsilon if r.rho is None else r.rho for r in rounds],
         "epsilon": run.accounting.epsilon,
-        "accounting": run.accounting.to_json(),
+        "accounting": json_form(run.accounting),
         "kernel": kernel.to_json(),
         "candidates": source.describe(),
         "rounds": [r.to_json(sel.k * r.quota) for r in rounds],
@@ -389,7 +390,7 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                    entries: list[LedgerEntry], total: float, counts: dict[str, Any],
                    selection: dict[str, Any] | None = None, total_delta: float = 0.0,
                    selection_mu: float | None = None,
-                   lifetime: dict[str, Any] | None = None, *,
+                   lifetime: LifetimeStamp | None = None, *,
                    source_key: bytes) -> dict[str, Any]:
     """The artifact's document; ``source_key``: the enclave secret that keys a database
     query's HMAC (the ledger folder's key)."""
@@ -397,14 +398,23 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
     unit = privacy_unit_block(cfg, schema, selection is not None)
     guarantees = derived_guarantees(total, total_delta, unit)
     if selection_mu is not None:
-        guarantees["selection_gdp"] = gdp_interpretation(
-            selection_mu, counts=counts_accounting(cfg, entries))
-    lifetime_caps = {"lifetime_epsilon": budget.lifetime_epsilon,
-                     "lifetime_delta": budget.lifetime_delta}
-    if lifetime is not None:
-        lifetime_caps = {"lifetime_epsilon": lifetime["lifetime_epsilon"],
-                         "lifetime_delta": lifetime["lifetime_delta"],
-                         "lifetime_ledger": lifetime}
+        guarantees = replace(guarantees, selection_gdp=gdp_interpretation(
+            selection_mu, counts=counts_accounting(cfg, entries)))
+    caps = ((budget.lifetime_epsilon, budget.lifetime_delta) if lifetime is None else
+            (lifetime.lifetime_epsilon, lifetime.lifetime_delta))
+    budget_block = Budget(
+        budget.epsilon, cfg.release_delta,
+        {"counts": budget.counts_share, "selection": budget.selection_share},
+        counts={"mode": counts_cfg.mode, "class_share": counts_cfg.class_share,
+                "topic_share": (counts_cfg.topic_share if counts_cfg.mode == "fixed" and
+                                _has_topic_columns(counts) else 0.0),
+                "topics": cfg.topics,
+                "phrase_share": counts_cfg.phrase_share if cfg.phrase_fields(schema) else 0.0,
+                "delta": cfg.counts_delta,
+                "gamma": counts_cfg.gamma if counts_cfg.cohorts else 0.0,
+                "alpha": counts_cfg.alpha if counts_cfg.rates else 0.0,
+                "n_min": counts_cfg.n_min},
+        lifetime_epsilon=caps[0], lifetime_delta=caps[1], lifetime_ledger=lifetime)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -415,24 +425,11 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
         "schema_sha256": schema.sha256(),
         "privacy_unit": unit,
         "release_key_id": release_key_id,
-        "budget": {"epsilon": budget.epsilon, "delta": cfg.release_delta,
-                   "split": {"counts": budget.counts_share,
-                             "selection": budget.selection_share},
-                   "counts": {"mode": counts_cfg.mode, "class_share": counts_cfg.class_share,
-                              "topic_share": (counts_cfg.topic_share if counts_cfg.mode ==
-                                              "fixed" and _has_topic_columns(counts) else 0.0),
-                              "topics": cfg.topics,
-                              "phrase_share": (counts_cfg.phrase_share
-                                               if cfg.phrase_fields(schema) else 0.0),
-                              "delta": cfg.counts_delta,
-                              "gamma": counts_cfg.gamma if counts_cfg.cohorts else 0.0,
-                              "alpha": counts_cfg.alpha if counts_cfg.rates else 0.0,
-                              "n_min": counts_cfg.n_min},
-                   **{k: v for k, v in lifetime_caps.items() if v is not None}},
+        "budget": json_form(budget_block),
         "ledger": ledger_block(entries, total,
                                _accountant(cfg, schema, selection_mu, selection is not None),
                                total_delta),
-        "guarantees": guarantees,
+        "guarantees": json_form(guarantees),
         "counts": counts,
         "selection": selection,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -477,22 +474,20 @@ def _accountant(cfg: ReleaseConfig, schema: Schema, selection_mu: float | None,
 def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dict[str, Any]:
     """The unit, what the guarantee protects, and how each mechanism bounds one unit."""
     pu = cfg.privacy_unit.resolved(schema)
-    unit: dict[str, Any] = {"unit": pu.unit}
     if pu.unit == "person":
-        unit.update(id_field=pu.id_field or schema.id_field,
-                    max_contributions=pu.max_contributions)
         bounding = {"counts": f"OpenDP truncate_per_group: each person's rows are cut to a "
                               f"random sample of at most {pu.max_contributions} before every "
                               "count"}
         if selects:
             bounding["selection"] = get(cfg.selection.mode).descriptor.person_bounding
+        unit = records.PrivacyUnit("person", pu.id_field or schema.id_field, pu.max_contributions)
     else:
         bounding = {"counts": "each row is counted once per query",
                     "group": "a person with m rows is protected at m times epsilon"}
         if selects:
             bounding["selection"] = "each row sits in one batch of its class per round"
-    unit.update(protects=protects(unit), bounding=bounding)
-    return unit
+        unit = records.PrivacyUnit("row")
+    return json_form(replace(unit, protects=protects(json_form(unit)), bounding=bounding))
 
 
 def _person_field(cfg: ReleaseConfig, schema: Schema) -> str | None:

@@ -23,6 +23,7 @@ import polars as pl
 
 from release.columnar_check import coerce_plain
 from release.database import DatabaseSource, read_frame
+from selpe_audit.artifact.records import Source, json_form
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
 
@@ -84,7 +85,7 @@ def source_description(source: str | Path | DatabaseSource, key: bytes) -> dict[
     enclave secret that keys a query's HMAC)."""
     if isinstance(source, DatabaseSource):
         return source.public_description(key)
-    return {"kind": "file", "format": FORMATS[Path(source).suffix.lower()]}
+    return json_form(Source("file", FORMATS[Path(source).suffix.lower()]))
 
 
 def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,

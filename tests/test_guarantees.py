@@ -27,5 +27,5 @@ def test_monotone_and_capped():
         assert prev <= t <= 1.0
         prev = t
     g = derived_guarantees(1e6, 0.0)
-    assert g["membership_tpr_max"][0]["tpr_max"] == 1.0
-    assert all(isinstance(s, str) for s in g["statements"])
+    assert g.membership_tpr_max[0].tpr_max == 1.0
+    assert all(isinstance(s, str) for s in g.statements)

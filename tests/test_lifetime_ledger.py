@@ -344,12 +344,12 @@ def test_containerfile_fixes_the_ledger_folder():
 
 def test_guarantee_statements_name_the_unit():
     row = derived_guarantees(1.0, 0.0, {"unit": "row"})
-    assert row["protects"] == "any one row"
-    assert any("m times epsilon" in s for s in row["statements"])
-    assert not any("person's records" in s for s in row["statements"])
+    assert row.protects == "any one row"
+    assert any("m times epsilon" in s for s in row.statements)
+    assert not any("person's records" in s for s in row.statements)
     person = derived_guarantees(1.0, 0.0, {"unit": "person", "max_contributions": 3})
-    assert person["protects"] == "any one person, up to 3 rows each in the counts"
-    assert not any("m times epsilon" in s for s in person["statements"])
+    assert person.protects == "any one person, up to 3 rows each in the counts"
+    assert not any("m times epsilon" in s for s in person.statements)
 
 
 def test_review_html_words_the_guarantee_by_unit(tmp_path, keys):

@@ -236,7 +236,8 @@ def test_the_marginals_decoder_copies_released_terms_alike_in_every_class(phrase
 
     rel = read_release(phrase_release["cfg"].out, [keys[0][1]])
     topics = rel.view.counts.topics
-    topics["chief_complaint"] = dataclasses.replace(topics["chief_complaint"], by_class=())
+    topics["chief_complaint"] = dataclasses.replace(topics["chief_complaint"],
+                                                    dp_counts_by_class=())
     released = released_view(rel)
     decoder, by_class = _marginals_texts(released, seed=4)
     terms = set(released.topics["chief_complaint"].anchors[-1].members)

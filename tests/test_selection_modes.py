@@ -58,8 +58,8 @@ def test_zcdp_budget_is_opendp_conversion():
 def test_gdp_pr_interpretation():
     assert math.isclose(gdp_reconstruction_bound(0.0, 1e-2), 1e-2)
     block = gdp_interpretation(0.5, counts="pure epsilon-DP (epsilon 1)")
-    r = [x["success_max"] for x in block["reconstruction_success_max"]]
-    assert block["formula"] == "r = Phi(Phi^-1(p) + mu)" and 1e-2 < r[0] < 0.1 and r[1] > 1e-4
+    r = [x.success_max for x in block.reconstruction_success_max]
+    assert block.formula == "r = Phi(Phi^-1(p) + mu)" and 1e-2 < r[0] < 0.1 and r[1] > 1e-4
 
 
 @pytest.mark.parametrize("counts_mode", ["marginals", "fixed"])
@@ -67,8 +67,8 @@ def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, 
     """The signed scope sentence once called every counts mode pure epsilon-DP; the model
     modes are rho-zCDP, converted to (epsilon, delta)."""
     from release.counts import model as counts_model
-    from release.ledger import LedgerEntry
     from release.pipeline import build_document
+    from selpe_audit.artifact.records import LedgerEntry
 
     cfg = _cfg(tmp_path, counts_share=0.5, selection_share=0.5, counts_mode=counts_mode,
                selection_mode="pe-histogram")

@@ -29,7 +29,9 @@ def _doc(**counts_extra) -> dict:
                                                             for _ in classes]}},
               **counts_extra}
     return {"schema": SCHEMA.public_json(), "schema_sha256": SCHEMA.sha256(),
-            "ledger": {"entries": [{"id": "counts/histogram/sex", "scale": 4.0}],
+            "ledger": {"entries": [{"id": "counts/histogram/sex", "mechanism": "Laplace",
+                                    "constructor": "c", "scale": 4.0, "epsilon": 0.5,
+                                    "delta": 0.0, "scope": "s", "composition": "c"}],
                        "total_epsilon": 1.0, "total_delta": 0.0, "accountant": "x"},
             "counts": counts, "selection": None}
 

@@ -25,8 +25,8 @@ from release.counts.keys import (
 )
 from release.counts.registry import CountsBudget, CountsRows, MeasuredCounts, register
 from release.dp.mechanisms import CountQuery, CountsRelease, release_counts
-from release.ledger import LedgerEntry
 from selpe_audit.artifact.counts_modes import MARGINALS
+from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.schema import Schema
 
 

@@ -51,10 +51,10 @@ from release.dp.mechanisms import (
     to_approx_dp_of_rho,
     zcdp_budget,
 )
-from release.ledger import LedgerEntry
 from selpe_audit.artifact import model_block as artifact_model
 from selpe_audit.artifact.counts_modes import AIM, FIXED, MST, CountsModeDescriptor
 from selpe_audit.artifact.model_block import TOPIC_PREFIX, topic_column
+from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
@@ -327,16 +327,14 @@ def model_block(algorithm_name: str, cols: list[ModelColumn], rel: ModelRelease)
     """Every released marginal (null cells included), its noise and measure: a reviewer sees
     every number, and decode rebuilds the model from this alone."""
     names = {c.frame_col: c.name for c in cols}
-    marginals = []
-    for m in rel.table.marginals.flatten():
-        values = np.asarray(m.noisy_measurement).ravel()
-        marginals.append({"clique": [names[a] for a in m.clique],
-                          "stddev": float(m.stddev),
-                          "values": [_number(v) for v in values]})
-    return {"algorithm": algorithm_name, "measure": "zero-concentrated", "rho": rel.table_rho,
-            "estimator": "mirror_descent", "columns": [c.to_json() for c in cols],
-            "marginals": marginals, "total": float(rel.table.model.total)}
-
+    marginals = tuple(
+        artifact_model.ModelMarginal(tuple(names[a] for a in m.clique), float(m.stddev),
+                                     tuple(_number(v) for v in
+                                           np.asarray(m.noisy_measurement).ravel()))
+        for m in rel.table.marginals.flatten())
+    return artifact_model.CountsModel(
+        algorithm_name, "zero-concentrated", rel.table_rho, tuple(cols), marginals,
+        estimator="mirror_descent", total=float(rel.table.model.total)).to_json()
 
 
 def _number(v: Any) -> int | float:

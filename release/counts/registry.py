@@ -19,13 +19,13 @@ import polars as pl
 
 from release.config import CountsConfig
 from release.dp.mechanisms import PrivacyUnit
-from release.ledger import LedgerEntry
 from selpe_audit.artifact.counts_modes import (
     CountsModeDescriptor,
     counts_modes,
     describe_counts,
     register_counts_mode,
 )
+from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.plugins import load_plugins as _load
 from selpe_audit.schema import Schema
 

@@ -26,7 +26,6 @@ from release.selection.registry import (
     selection_modes,
 )
 from release.selection.types import (
-    Accounting,
     OneClassPerUnit,
     PrivateClasses,
     RoundOutput,
@@ -36,7 +35,7 @@ from release.selection.types import (
 
 load_plugins()  # modes of other packages, after the built-ins (selpe stays the default)
 
-__all__ = ["Accounting", "CandidateSource", "LLMSource", "OneClassPerUnit", "PoolSource",
+__all__ = ["CandidateSource", "LLMSource", "OneClassPerUnit", "PoolSource",
            "PrivateClasses",
            "RoundOutput", "SelectionMode", "SelectionRun", "get", "pe_histogram", "register",
            "representatives", "run_selection", "selection_modes", "selpe", "unit_ids"]

@@ -19,9 +19,9 @@ from release.dp.mechanisms import (
     selection_compositor,
     zcdp_budget,
 )
-from release.ledger import LedgerEntry
-from release.selection.types import Accounting, RoundOutput, SelectionRun
+from release.selection.types import RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor
+from selpe_audit.artifact.records import LedgerEntry, SelectionAccounting
 
 if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
     import opendp.prelude as dp
@@ -46,14 +46,14 @@ def compositor(d: ModeDescriptor, budgets: list[float]) -> dp.Measurement:
 
 
 def total(d: ModeDescriptor, constructor: str, composed: dp.Measurement,
-          budgets: list[float], rounds: list[RoundOutput], delta: float) -> Accounting:
+          budgets: list[float], rounds: list[RoundOutput], delta: float) -> SelectionAccounting:
     """The selection's total from OpenDP's maps."""
     if not d.needs_delta:
-        return Accounting(d.name, PURE_MEASURE, float(composed.map(1)), 0.0,
+        return SelectionAccounting(d.name, PURE_MEASURE, float(composed.map(1)), 0.0,
                           constructor=constructor)
     eps, dlt = approx_dp_of(budgets, delta)
     mu = math.sqrt(sum(r.mu ** 2 for r in rounds if r.mu is not None))
-    return Accounting(d.name, ZCDP_MEASURE, eps, dlt, rho=float(composed.map(1)), mu=mu,
+    return SelectionAccounting(d.name, ZCDP_MEASURE, eps, dlt, rho=float(composed.map(1)), mu=mu,
                       constructor=f"{constructor}; {CONVERSION_CONSTRUCTOR}")
 
 

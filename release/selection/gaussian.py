@@ -25,9 +25,9 @@ import polars as pl
 
 from release.config import SelectionConfig
 from release.dp.mechanisms import GAUSSIAN_CONSTRUCTOR, gaussian_round, gaussian_scale
-from release.ledger import LedgerEntry
 from release.selection.types import Pools, PrivateClasses, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor
+from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import polars as pl
 
 from release.config import SelectionConfig
-from release.ledger import LedgerEntry
 from release.selection.types import Pools, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor, describe, mode_names, register_mode
+from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.plugins import load_plugins as _load
 from selpe_audit.schema import Schema

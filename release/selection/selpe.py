@@ -46,7 +46,6 @@ from release.dp.mechanisms import (
     one_class_per_unit_map,
     parallel_batches,
 )
-from release.ledger import LedgerEntry
 from release.selection.registry import register
 from release.selection.types import (
     OneClassPerUnit,
@@ -56,6 +55,7 @@ from release.selection.types import (
     SelectionRun,
 )
 from selpe_audit.artifact.modes import SELPE, ModeDescriptor
+from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from selpe_audit.artifact.records import SelectionAccounting
 from selpe_audit.kernel.distance import Features, NumericScale
 from selpe_audit.schema import Schema
 
@@ -97,29 +98,10 @@ class RoundOutput:
         return out
 
 
-@dataclass(frozen=True)
-class Accounting:
-    """The selection's total, from OpenDP's maps: pure epsilon, or rho-zCDP converted to
-    (epsilon, delta) with mu = sqrt(sum of the rounds' mu^2) the composed GDP parameter."""
-
-    mode: str
-    measure: str
-    epsilon: float
-    delta: float
-    rho: float | None = None
-    mu: float | None = None
-    constructor: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "measure": self.measure, "epsilon": self.epsilon,
-                "delta": self.delta, "rho": self.rho, "mu": self.mu,
-                "constructor": self.constructor}
-
-
 @dataclass
 class SelectionRun:
     rounds: list[RoundOutput]
-    accounting: Accounting
+    accounting: SelectionAccounting
 
 
 def unit_ids(priv_rows: pl.DataFrame, schema: Schema, person_field: str | None) -> list[str]:

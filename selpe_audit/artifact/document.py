@@ -8,20 +8,37 @@ schema. Parsing is plain ``json.loads`` - nothing in the file is ever executed.
 
 from __future__ import annotations
 
+import copy
 import json
 import platform
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 
 from selpe_audit import __version__
 from selpe_audit.artifact import modes
 from selpe_audit.artifact.canonical import atomic_write_json, canonical_bytes
-from selpe_audit.artifact.model_block import DP_VOCABULARY
+from selpe_audit.artifact.model_block import CountsModel, Topics
+from selpe_audit.artifact.records import (
+    CLOSED,
+    OPEN,
+    Budget,
+    CountsDescription,
+    Guarantees,
+    KeyId,
+    Ledger,
+    Name,
+    PrivacyUnit,
+    SelectionHeader,
+    Sha256,
+    Source,
+    schema_of,
+)
 from selpe_audit.artifact.signing import (
     SIGNATURES_DIR,
     Verification,
@@ -37,192 +54,53 @@ RELEASE_FILE = "release.json"
 FORMAT = "selpe-audit/release"
 FORMAT_VERSION = 1
 
-_NUM = {"type": "number"}
-_LEDGER_ENTRY = {
-    "type": "object",
-    "required": ["id", "mechanism", "constructor", "scale", "epsilon", "delta", "scope",
-                 "composition"],
-    "properties": {
-        "id": {"type": "string"},
-        "mechanism": {"type": "string"},
-        "constructor": {"type": "string"},
-        "scale": _NUM,
-        "epsilon": {"type": "number", "minimum": 0},
-        "delta": {"type": "number", "minimum": 0, "maximum": 1},
-        "scope": {"type": "string"},
-        "composition": {"type": "string"},
-        # Gaussian selection modes: accounting "rho-zCDP" (rho, mu per round) or the
-        # conversion entry's "(epsilon, delta)-DP from rho-zCDP"; absent: pure epsilon-DP
-        "accounting": {"type": "string"},
-        "rho": {"type": "number", "minimum": 0},
-        "mu": {"type": "number", "minimum": 0},
-    },
-}
-_TEXT = {"type": "string"}
-#: Optional (format 1): which enclave ledger and which entry of it charged the release. No
-#: path: the ledger id is random per ledger folder, the reservation id random per release.
-_LIFETIME_LEDGER = {
-    "type": "object",
-    "required": ["ledger_id", "dataset", "reservation_id"],
-    "properties": {
-        "ledger_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
-        "dataset": {"type": "string", "minLength": 1},
-        "reservation_id": {"type": "string", "pattern": "^[0-9a-f]{12}$"},
-        "lifetime_epsilon": {"type": "number", "exclusiveMinimum": 0},
-        "lifetime_delta": {"type": "number", "minimum": 0, "maximum": 1},
-        "committed_epsilon": {"type": "number", "minimum": 0},
-        "committed_delta": {"type": "number", "minimum": 0, "maximum": 1},
-    },
-}
-_STR_LIST = {"type": "array", "items": {"type": "string"}}
-#: Optional (format 1): the counts as a graphical model - every released marginal (null cell
-#: last in each key set), its noise and measure, so decode rebuilds the model from it alone.
-_MODEL = {
-    "type": "object",
-    "required": ["algorithm", "measure", "rho", "columns", "marginals"],
-    "properties": {
-        "algorithm": {"type": "string", "minLength": 1},
-        "measure": {"const": "zero-concentrated"},
-        "rho": {"type": "number", "minimum": 0},
-        "estimator": {"type": "string"},
-        "total": _NUM,
-        "columns": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["name", "field", "kind", "keys"],
-            "properties": {"name": {"type": "string"}, "field": {"type": "string"},
-                           "kind": {"enum": ["class", "categories", "bins", "topic"]},
-                           "keys": {"type": "array", "minItems": 1}}}},
-        "marginals": {"type": "array", "items": {
-            "type": "object", "required": ["clique", "stddev", "values"],
-            "properties": {"clique": _STR_LIST,
-                           "stddev": {"type": "number", "exclusiveMinimum": 0},
-                           "values": {"type": "array", "items": _NUM}}}},
-    },
-}
-#: Optional (format 1): per free-text field, its public topic codebook.
-_TOPICS = {"type": "object", "additionalProperties": {
-    "type": "object", "required": ["k", "source", "anchors"],
-    "properties": {
-        "k": {"type": "integer", "minimum": 1},
-        "source": {"enum": ["public pool", "llm candidates", DP_VOCABULARY]},
-        "embedding_model": {"type": "string"},
-        "texts_considered": {"type": "integer", "minimum": 0},
-        "anchors": {"type": "array", "items": {
-            "type": "object", "required": ["text", "members"],
-            "properties": {"text": {"type": "string"}, "members": _STR_LIST}}},
-        "embeddings": {"type": "array", "items": {"type": "array", "items": _NUM}},
-        "phrases": {"type": "object", "properties": {
-            "kind": {"enum": ["phrases", "keywords"]},
-            "slots": {"type": "integer", "minimum": 1}}},
-    }}}
-_COUNTS = {"type": "object", "properties": {
+@dataclass(frozen=True)
+class CountsHeader:
+    """The typed part of ``counts``: the mode, what it is, its model and topic codebooks
+    (the histograms, cohorts and rates are read by `selpe_audit.artifact.view`)."""
+
+    __pydantic_config__ = OPEN
+
     # any name: a mode registered by a plugin reads off-site, where it is not installed
-    "mode": {"type": "string", "minLength": 1},
-    "mode_description": {"type": "object", "properties": {
-        "accounting": {"enum": ["pure", "zCDP"]}, "review": {"type": "string"},
-        "model": {"type": "boolean"}}},
-    "model": _MODEL,
-    "topics": _TOPICS,
-}}
-_PR = {"type": "array", "items": {"type": "object", "required": ["prior", "success_max"],
-                                  "properties": {"prior": _NUM, "success_max": _NUM}}}
+    mode: Name | None = None
+    mode_description: CountsDescription | None = None
+    model: CountsModel | None = None  # model modes
+    topics: dict[str, Topics] | None = None  # per free-text field, its public codebook
 
 
-def _selection_schema() -> dict[str, Any]:
-    """The selection block: its mode's name and description, and the block of each mode
-    registered here (a block of a mode not registered here is not checked)."""
-    props: dict[str, Any] = {
-        # any name: a mode registered by a plugin reads off-site, where it is not installed
-        "mode": {"type": "string", "minLength": 1},
-        "mode_description": {"type": "object", "properties": {
-            "accounting": {"enum": ["pure", "zCDP"]}, "review": {"type": "string"},
-            "mechanism": {"type": "string"}, "person_bounding": {"type": "string"}}},
-        "accounting": {
-            "type": "object",
-            "required": ["mode", "measure", "epsilon", "delta"],
-            "properties": {"epsilon": {"type": "number", "minimum": 0},
-                           "delta": {"type": "number", "minimum": 0, "maximum": 1},
-                           "rho": {"type": ["number", "null"], "minimum": 0},
-                           "mu": {"type": ["number", "null"], "minimum": 0}},
-        },
-    }
-    for d in modes.modes():
-        if d.block_key is not None:
-            props[d.block_key] = dict(d.block_schema)
-    return {"type": ["object", "null"], "properties": props}
+@dataclass(frozen=True)
+class ReleaseDocument:
+    """The top level of ``release.json``, format version 1: nothing else is allowed."""
+
+    __pydantic_config__ = CLOSED
+
+    format: Literal["selpe-audit/release"]
+    format_version: Literal[1]
+    tool: dict[str, str]
+    dataset: Name
+    schema: dict[str, Any]
+    schema_sha256: Sha256
+    privacy_unit: PrivacyUnit
+    release_key_id: KeyId
+    budget: Budget
+    ledger: Ledger
+    guarantees: Guarantees
+    counts: CountsHeader
+    selection: SelectionHeader | None
+    source: Source | None = None
+    created: str | None = None
 
 
 def artifact_json_schema() -> dict[str, Any]:
-    """The artifact's JSON Schema, with the selection modes registered now."""
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "selpe-audit release.json, format version 1",
-        "type": "object",
-        "required": ["format", "format_version", "tool", "dataset", "schema", "schema_sha256",
-                     "privacy_unit", "release_key_id", "budget", "ledger", "guarantees", "counts",
-                     "selection"],
-        "additionalProperties": False,
-        "properties": {
-            "format": {"const": FORMAT},
-            "format_version": {"const": FORMAT_VERSION},
-            "tool": {"type": "object", "additionalProperties": {"type": "string"}},
-            "dataset": {"type": "string", "minLength": 1},
-            # Where the private rows came from, without saying where that is: a file format,
-            # or a database kind and the query's HMAC-SHA256 under an enclave secret (never
-            # host, user or query; a plain hash of a short query is undone by guessing).
-            "source": {"type": "object", "additionalProperties": False,
-                       "required": ["kind"],
-                       "properties": {"kind": {"enum": ["file", "postgresql"]},
-                                      "format": {"enum": ["csv", "parquet", "jsonl"]},
-                                      "query_hmac_sha256": {"type": "string",
-                                                            "pattern": "^[0-9a-f]{64}$"}}},
-            "schema": {"type": "object"},
-            "schema_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-            "privacy_unit": {
-                "type": "object",
-                "required": ["unit"],
-                "properties": {
-                    "unit": {"enum": ["row", "person"]},
-                    "id_field": {"type": "string"},
-                    "max_contributions": {"type": "integer", "minimum": 1},
-                    # optional (format 1): the guarantee's subject in words, and how each
-                    # mechanism bounds one unit's rows
-                    "protects": _TEXT,
-                    "bounding": {"type": "object", "additionalProperties": _TEXT},
-                },
-            },
-            "release_key_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
-            "budget": {
-                "type": "object",
-                "required": ["epsilon", "delta", "split"],
-                "properties": {
-                    "epsilon": {"type": "number", "exclusiveMinimum": 0},
-                    "delta": {"type": "number", "minimum": 0, "maximum": 1},
-                    "split": {"type": "object", "additionalProperties": _NUM},
-                    "lifetime_ledger": _LIFETIME_LEDGER,
-                },
-            },
-            "ledger": {
-                "type": "object",
-                "required": ["entries", "total_epsilon", "total_delta", "accountant"],
-                "properties": {
-                    "entries": {"type": "array", "items": _LEDGER_ENTRY},
-                    "total_epsilon": {"type": "number", "minimum": 0},
-                    "total_delta": {"type": "number", "minimum": 0, "maximum": 1},
-                    "accountant": {"type": "string"},
-                },
-            },
-            "guarantees": {
-                "type": "object",
-                "properties": {"protects": _TEXT, "selection_gdp": {
-                    "type": "object", "required": ["mu", "formula", "reconstruction_success_max"],
-                    "properties": {"mu": {"type": "number", "minimum": 0},
-                                   "reconstruction_success_max": _PR}}},
-            },
-            "counts": _COUNTS,
-            "selection": _selection_schema(),
-            "created": {"type": "string"},
-        },
-    }
+    """The artifact's JSON Schema, generated from `ReleaseDocument`, with the block of each
+    selection mode registered now (a block of a mode not registered here is not checked)."""
+    schema = copy.deepcopy(schema_of(ReleaseDocument))
+    selection = schema["$defs"]["SelectionHeader"]["properties"]
+    for d in modes.modes():
+        if d.block_key is not None:
+            selection[d.block_key] = dict(d.block_schema)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            **schema, "title": f"selpe-audit release.json, format version {FORMAT_VERSION}"}
 
 
 _VALIDATORS: dict[tuple[str, ...], Draft202012Validator] = {}
@@ -256,7 +134,8 @@ def check_release_document(doc: Any, source: str = RELEASE_FILE) -> None:
     if version != FORMAT_VERSION:
         raise UserError(f"{source}: unknown format version {version!r}; this tool reads version "
                         f"{FORMAT_VERSION} - use a matching selpe-audit release")
-    err = next(iter(sorted(_validator().iter_errors(doc), key=lambda e: list(e.path))), None)
+    # best_match descends into a nullable block's anyOf, to name the field that fails
+    err = best_match(_validator().iter_errors(doc))
     if err is not None:
         where = "/".join(str(x) for x in err.absolute_path) or "top level"
         raise UserError(f"{source}: malformed at {where} ({err.validator} check failed)")

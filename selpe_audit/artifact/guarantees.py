@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from statistics import NormalDist
 from typing import Any
 
+from selpe_audit.artifact.records import FprBound, Guarantees, PriorBound, SelectionGdp
+
 FPRS = (0.01, 0.001)
 PRIORS = (1e-2, 1e-4)
 
@@ -74,12 +76,11 @@ def group_warning(epsilon: float, delta: float) -> str:
 
 
 def derived_guarantees(epsilon: float, delta: float,
-                       privacy_unit: Mapping[str, Any] | None = None) -> dict:
+                       privacy_unit: Mapping[str, Any] | None = None) -> Guarantees:
     """The guarantees block of release.json, numbers and plain words by privacy unit."""
     adv = advantage_bound(epsilon, delta)
-    tprs = [{"fpr": f, "tpr_max": tpr_bound(epsilon, delta, f)} for f in FPRS]
-    recon = [{"prior": p, "success_max": reconstruction_bound(epsilon, delta, p)}
-             for p in PRIORS]
+    tprs = tuple(FprBound(f, tpr_bound(epsilon, delta, f)) for f in FPRS)
+    recon = tuple(PriorBound(p, reconstruction_bound(epsilon, delta, p)) for p in PRIORS)
     subject = protects(privacy_unit)
     row_unit = (privacy_unit or {}).get("unit", "row") != "person"
     member = "rows" if row_unit else "people"
@@ -88,30 +89,20 @@ def derived_guarantees(epsilon: float, delta: float,
         f"An attacker trying to tell whether one {'row' if row_unit else 'person'} was in the "
         f"data succeeds at most {100 * adv:.1f} percentage points more often than by guessing "
         f"(advantage <= tanh(eps/2) = {adv:.3f}).",
-        *(f"At a false-positive rate of {100 * t['fpr']:g} %, any membership test catches at "
-          f"most {100 * t['tpr_max']:.2f} % of member {member}." for t in tprs),
+        *(f"At a false-positive rate of {100 * t.fpr:g} %, any membership test catches at "
+          f"most {100 * t.tpr_max:.2f} % of member {member}." for t in tprs),
         *(f"A secret of {subject} that an attacker could guess with probability "
-          f"{r['prior']:g} beforehand can be reconstructed with probability at most "
-          f"{r['success_max']:.3g}." for r in recon),
+          f"{r.prior:g} beforehand can be reconstructed with probability at most "
+          f"{r.success_max:.3g}." for r in recon),
     ]
     if row_unit:
         words.append(group_warning(epsilon, delta))
-    return {
-        "epsilon": epsilon,
-        "delta": delta,
-        "protects": subject,
-        "membership_advantage_max": adv,
-        "membership_tpr_max": tprs,
-        "reconstruction_success_max": recon,
-        "statements": words,
-        "references": [
-            "Kairouz, Oh, Viswanath (2015), The composition theorem for differential privacy",
-            "Humphries et al. (2023), Investigating membership inference attacks under data "
-            "dependencies",
-            "Hayes, Mahloujifar, Balle (2023), Bounding data reconstruction attacks with the "
-            "hypothesis testing interpretation of differential privacy",
-        ],
-    }
+    return Guarantees(epsilon, delta, subject, adv, tprs, recon, tuple(words), (
+        "Kairouz, Oh, Viswanath (2015), The composition theorem for differential privacy",
+        "Humphries et al. (2023), Investigating membership inference attacks under data "
+        "dependencies",
+        "Hayes, Mahloujifar, Balle (2023), Bounding data reconstruction attacks with the "
+        "hypothesis testing interpretation of differential privacy"))
 
 
 def gdp_reconstruction_bound(mu: float, prior: float) -> float:
@@ -120,24 +111,20 @@ def gdp_reconstruction_bound(mu: float, prior: float) -> float:
     return n.cdf(n.inv_cdf(prior) + mu)
 
 
-def gdp_interpretation(mu: float, *, counts: str) -> dict:
+def gdp_interpretation(mu: float, *, counts: str) -> SelectionGdp:
     """The (p, r) reading of the Gaussian selection's composed mu (guarantees.selection_gdp).
     ``counts``: the noisy counts' own accounting in words ("pure epsilon-DP (...)"), which the
     scope states as it is: a signed artifact must not call zCDP counts pure."""
-    pr = [{"prior": p, "success_max": gdp_reconstruction_bound(mu, p)} for p in PRIORS]
-    return {
-        "mu": mu,
-        "scope": "the Gaussian selection rounds only (mu = sqrt(sum of the rounds' mu^2)); "
-                 f"the noisy counts are {counts} and not part of this number",
-        "formula": "r = Phi(Phi^-1(p) + mu)",
-        "reconstruction_success_max": pr,
-        "statements": [
-            f"Selection alone: a secret guessed with probability {r['prior']:g} beforehand is "
+    pr = tuple(PriorBound(p, gdp_reconstruction_bound(mu, p)) for p in PRIORS)
+    return SelectionGdp(
+        mu, "r = Phi(Phi^-1(p) + mu)", pr,
+        scope="the Gaussian selection rounds only (mu = sqrt(sum of the rounds' mu^2)); "
+              f"the noisy counts are {counts} and not part of this number",
+        statements=tuple(
+            f"Selection alone: a secret guessed with probability {r.prior:g} beforehand is "
             f"reconstructed from the selection with probability at most "
-            f"{r['success_max']:.3g} (SecPE's (p, r) reading of mu = {mu:.3g} GDP)."
-            for r in pr],
-        "note": "An interpretation, not the release's guarantee: the guarantee is the full "
-                "(epsilon, delta)-DP stated above, which covers every mechanism.",
-        "references": ["Dong, Roth, Su (2022), Gaussian differential privacy",
-                       "SecPE: secret-protected evolution for DP synthetic data"],
-    }
+            f"{r.success_max:.3g} (SecPE's (p, r) reading of mu = {mu:.3g} GDP)." for r in pr),
+        note="An interpretation, not the release's guarantee: the guarantee is the full "
+             "(epsilon, delta)-DP stated above, which covers every mechanism.",
+        references=("Dong, Roth, Su (2022), Gaussian differential privacy",
+                    "SecPE: secret-protected evolution for DP synthetic data"))

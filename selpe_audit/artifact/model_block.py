@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field
+
+from selpe_audit.artifact.records import OPEN, Name, NonNegative, Positive, json_form, parse
 from selpe_audit.schema import Schema
 
 #: how decode refits the model from the released marginals, whichever counts mode (its
@@ -25,14 +28,6 @@ COLUMN_KINDS = ("class", "categories", "bins", "topic")
 TOPIC_PREFIX = "topic:"
 #: ``counts.topics[field].source`` of a DP phrase or keyword vocabulary (`release.phrases`)
 DP_VOCABULARY = "dp phrases"
-
-
-def _dict(x: Any) -> dict[str, Any]:
-    return x if isinstance(x, dict) else {}
-
-
-def _tuple(x: Any) -> tuple[Any, ...]:
-    return tuple(x) if isinstance(x, list) else ()
 
 
 def positive(x: Any) -> bool:
@@ -51,16 +46,19 @@ class ModelColumn:
     """One variable of the model. Its model cardinality is ``len(keys) + 1``: OpenDP appends
     a null cell last to every key set, which no true row reaches."""
 
-    name: Any
-    field: Any
-    kind: Any
-    keys: tuple[Any, ...]
+    __pydantic_config__ = OPEN
+
+    name: str
+    field: str
+    kind: Literal["class", "categories", "bins", "topic"]
+    keys: Annotated[tuple[Any, ...], Field(min_length=1)]
 
     @property
     def cells(self) -> int:
         return len(self.keys) + 1
 
     def to_json(self) -> dict[str, Any]:
+        """The record's own fields (a subclass's working fields stay in the enclave)."""
         return {"name": self.name, "field": self.field, "kind": self.kind,
                 "keys": list(self.keys)}
 
@@ -69,73 +67,97 @@ class ModelColumn:
 class ModelMarginal:
     """One released noisy marginal: counts row-major over the clique's cells, nulls included."""
 
-    clique: tuple[Any, ...]
-    stddev: Any
-    values: tuple[Any, ...]
+    __pydantic_config__ = OPEN
+
+    clique: tuple[str, ...]
+    stddev: Positive
+    values: tuple[int | float, ...]
 
 
 @dataclass(frozen=True)
 class CountsModel:
-    algorithm: Any
-    measure: Any
-    rho: Any
-    estimator: Any
-    columns: tuple[ModelColumn, ...]
+    """``counts.model``: every released marginal, its noise and measure, so decode rebuilds
+    the model from it alone."""
+
+    __pydantic_config__ = OPEN
+
+    algorithm: Name
+    measure: Literal["zero-concentrated"]
+    rho: NonNegative
+    columns: Annotated[tuple[ModelColumn, ...], Field(min_length=1)]
     marginals: tuple[ModelMarginal, ...]
-    total: Any
+    estimator: str | None = None
+    total: float | None = None
 
     def column(self, name: str) -> ModelColumn | None:
         return next((c for c in self.columns if c.name == name), None)
 
+    def to_json(self) -> dict[str, Any]:
+        return {**json_form(self), "columns": [c.to_json() for c in self.columns]}
+
 
 @dataclass(frozen=True)
 class TopicAnchor:
-    text: Any
-    members: tuple[Any, ...]  # the anchor's text first
+    __pydantic_config__ = OPEN
+
+    text: str
+    members: tuple[str, ...]  # the anchor's text first
+    other: bool | None = None  # a DP vocabulary's "other" topic (every text not released)
+
+
+@dataclass(frozen=True)
+class PhraseInfo:
+    """The typed part of a DP vocabulary's ``phrases`` block (the rest: its phrases and
+    counts, read by `release.phrases.PhraseVocabulary`)."""
+
+    __pydantic_config__ = OPEN
+
+    kind: Literal["phrases", "keywords"] | None = None
+    slots: Annotated[int, Field(ge=1)] = 1
 
 
 @dataclass(frozen=True)
 class Topics:
     """A free-text field's public codebook: topic j is ``anchors[j]``."""
 
-    field: str
-    k: Any
-    source: Any
-    embedding_model: Any
-    texts_considered: Any
+    __pydantic_config__ = OPEN
+
+    k: Annotated[int, Field(ge=1)]
+    source: Literal["public pool", "llm candidates", "dp phrases"]
     anchors: tuple[TopicAnchor, ...]
-    embeddings: tuple[Any, ...]
-    by_class: tuple[tuple[Any, ...], ...] = ()  # topic x class counts from the fitted model
-    kind: Any = None  # "phrases" or "keywords" for a DP vocabulary (source "dp phrases")
-    slots: Any = 1  # model columns of the field's topic (a keyword vocabulary: several)
+    embedding_model: str | None = None
+    texts_considered: Annotated[int, Field(ge=0)] | None = None
+    embeddings: tuple[tuple[float, ...], ...] = ()
+    phrases: PhraseInfo | None = None
+    dp_counts_by_class: tuple[tuple[int | float, ...], ...] = ()  # from the fitted model
+
+    @property
+    def by_class(self) -> tuple[tuple[int | float, ...], ...]:
+        """Topic x class counts from the fitted model (model modes)."""
+        return self.dp_counts_by_class
+
+    @property
+    def kind(self) -> str | None:
+        """"phrases" or "keywords" for a DP vocabulary (source "dp phrases")."""
+        return self.phrases.kind if self.phrases is not None else None
+
+    @property
+    def slots(self) -> int:
+        """Model columns of the field's topic (a keyword vocabulary: several)."""
+        return self.phrases.slots if self.phrases is not None else 1
 
 
 def parse_model(raw: Any) -> CountsModel | None:
     """``counts.model`` read tolerantly; None when the document has none."""
-    if not isinstance(raw, dict):
-        return None
-    cols = tuple(ModelColumn(c.get("name"), c.get("field"), c.get("kind"), _tuple(c.get("keys")))
-                 for c in map(_dict, _tuple(raw.get("columns"))))
-    margs = tuple(ModelMarginal(_tuple(m.get("clique")), m.get("stddev"), _tuple(m.get("values")))
-                  for m in map(_dict, _tuple(raw.get("marginals"))))
-    return CountsModel(raw.get("algorithm"), raw.get("measure"), raw.get("rho"),
-                       raw.get("estimator"), cols, margs, raw.get("total"))
+    return parse(CountsModel, raw)
 
 
 def parse_topics(raw: Any) -> dict[str, Topics]:
-    """``counts.topics`` read tolerantly (empty when absent)."""
-    out = {}
-    for name, t in _dict(raw).items():
-        t = _dict(t)
-        out[name] = Topics(name, t.get("k"), t.get("source"), t.get("embedding_model"),
-                           t.get("texts_considered"),
-                           tuple(TopicAnchor(a.get("text"), _tuple(a.get("members")))
-                                 for a in map(_dict, _tuple(t.get("anchors")))),
-                           _tuple(t.get("embeddings")),
-                           tuple(_tuple(r) for r in _tuple(t.get("dp_counts_by_class"))),
-                           _dict(t.get("phrases")).get("kind"),
-                           _dict(t.get("phrases")).get("slots", 1))
-    return out
+    """``counts.topics`` read tolerantly (empty when absent); a malformed codebook is left
+    out."""
+    if not isinstance(raw, dict):
+        return {}
+    return {name: t for name, v in raw.items() if (t := parse(Topics, v)) is not None}
 
 
 def check_model_shape(model: CountsModel) -> None:

@@ -28,6 +28,7 @@ from selpe_audit.artifact.model_block import (
     parse_topics,
     positive,
 )
+from selpe_audit.artifact.records import NO_GUARANTEES, NO_LEDGER, Guarantees, Ledger, parse
 from selpe_audit.errors import UserError
 from selpe_audit.schema import CohortRule, Schema, parse_schema
 
@@ -252,82 +253,6 @@ def counts_view(raw: Any) -> Counts:
                   parse_topics(counts.get("topics")))
 
 
-# ----- ledger and guarantees -------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    id: Any
-    mechanism: Any
-    constructor: Any
-    scale: Any
-    epsilon: Any
-    delta: Any
-    scope: Any
-    composition: Any
-    accounting: Any = None  # "rho-zCDP" and the like; None: pure epsilon-DP
-    rho: Any = None
-    mu: Any = None
-
-
-@dataclass(frozen=True)
-class Ledger:
-    entries: tuple[LedgerEntry, ...]
-    total_epsilon: Any
-    total_delta: Any
-    accountant: Any
-
-    def scales(self) -> dict[str, float]:
-        """Noise scale per mechanism id (numeric scales only)."""
-        return {e.id: s for e in self.entries
-                if isinstance(e.id, str) and (s := _num(e.scale)) is not None}
-
-
-@dataclass(frozen=True)
-class Bound:
-    """One point of a bound: at ``at`` (an FPR or a prior), at most ``value``."""
-
-    at: Any
-    value: Any
-
-
-@dataclass(frozen=True)
-class GdpReading:
-    """SecPE's (p, r) reading of the Gaussian selection's mu-GDP (an interpretation)."""
-
-    mu: Any
-    statements: tuple[Any, ...]
-    note: Any
-    reconstruction_success_max: tuple[Bound, ...]
-
-
-@dataclass(frozen=True)
-class Guarantees:
-    epsilon: Any
-    delta: Any
-    membership_advantage_max: Any
-    membership_tpr_max: tuple[Bound, ...]  # at FPR
-    reconstruction_success_max: tuple[Bound, ...]  # at prior
-    statements: tuple[Any, ...]
-    references: tuple[Any, ...]
-    selection_gdp: GdpReading | None
-
-
-def _bounds(x: Any, at: str, value: str) -> tuple[Bound, ...]:
-    return tuple(Bound(b.get(at), b.get(value)) for b in map(as_dict, as_list(x)))
-
-
-def _guarantees(raw: Any) -> Guarantees:
-    g = as_dict(raw)
-    gdp = as_dict(g.get("selection_gdp"))
-    reading = GdpReading(gdp.get("mu"), _tuple(gdp.get("statements")), gdp.get("note"),
-                         _bounds(gdp.get("reconstruction_success_max"), "prior",
-                                 "success_max")) if gdp else None
-    return Guarantees(g.get("epsilon"), g.get("delta"), g.get("membership_advantage_max"),
-                      _bounds(g.get("membership_tpr_max"), "fpr", "tpr_max"),
-                      _bounds(g.get("reconstruction_success_max"), "prior", "success_max"),
-                      _tuple(g.get("statements")), _tuple(g.get("references")), reading)
-
-
 # ----- selection -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -432,17 +357,12 @@ class ReleaseView:
     def parse(cls, doc: Mapping[str, Any]) -> ReleaseView:
         """Read any document tolerantly (for display before trust); never raises."""
         d = as_dict(doc)
-        ledger = as_dict(d.get("ledger"))
-        entries = tuple(LedgerEntry(*(e.get(k) for k in (
-            "id", "mechanism", "constructor", "scale", "epsilon", "delta", "scope",
-            "composition", "accounting", "rho", "mu"))) for e in map(as_dict, as_list(
-                ledger.get("entries"))))
         return cls(d.get("dataset"), as_dict(d.get("schema")), d.get("schema_sha256"),
                    d.get("release_key_id"), as_dict(d.get("privacy_unit")),
                    as_dict(d.get("budget")),
-                   Ledger(entries, ledger.get("total_epsilon"), ledger.get("total_delta"),
-                          ledger.get("accountant")),
-                   _guarantees(d.get("guarantees")), counts_view(d.get("counts")),
+                   parse(Ledger, d.get("ledger")) or NO_LEDGER,
+                   parse(Guarantees, d.get("guarantees")) or NO_GUARANTEES,
+                   counts_view(d.get("counts")),
                    _selection(d.get("selection")), d)
 
     @classmethod

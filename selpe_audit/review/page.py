@@ -22,9 +22,9 @@ from selpe_audit.artifact.document import read_release_unverified
 from selpe_audit.artifact.guarantees import protects
 from selpe_audit.artifact.model_block import DP_VOCABULARY, CountsModel, ModelMarginal
 from selpe_audit.artifact.modes import find_mode
+from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.artifact.view import (
     Cohorts,
-    LedgerEntry,
     Rate,
     ReleaseView,
     SelectionRound,
@@ -200,16 +200,16 @@ def _guarantees(view: ReleaseView) -> str:
     nums = [("protects", protects(view.privacy_unit)), ("epsilon", g.epsilon),
             ("delta", g.delta),
             ("membership advantage max", g.membership_advantage_max)]
-    nums += [(f"membership TPR max at FPR {fmt_value(b.at)}", b.value)
+    nums += [(f"membership TPR max at FPR {fmt_value(b.fpr)}", b.tpr_max)
              for b in g.membership_tpr_max]
-    nums += [(f"reconstruction success max at prior {fmt_value(b.at)}", b.value)
+    nums += [(f"reconstruction success max at prior {fmt_value(b.prior)}", b.success_max)
              for b in g.reconstruction_success_max]
     gdp = g.selection_gdp
     if gdp is not None:
         words += "".join(f"<li>{_e(s)}</li>" for s in gdp.statements)
         words += f'<li class="muted">{_e(gdp.note)}</li>'
         nums.append(("selection mu (GDP)", gdp.mu))
-        nums += [(f"selection (p, r): r at prior {fmt_value(b.at)}", b.value)
+        nums += [(f"selection (p, r): r at prior {fmt_value(b.prior)}", b.success_max)
                  for b in gdp.reconstruction_success_max]
     refs = "".join(f"<li>{_e(r)}</li>" for r in g.references)
     return _section("guarantees", "What the guarantee means",

@@ -1,0 +1,284 @@
+"""The artifact's blocks as typed, frozen records: one definition for writer, reader and schema.
+
+Each block of ``release.json`` that both sides of the air gap exchange is one frozen
+dataclass here (the counts model and topic codebooks in `selpe_audit.artifact.model_block`,
+the whole document in `selpe_audit.artifact.document`). The release builds them and writes
+their JSON form (`json_form`); decode, review and the audits read them back (`parse`); and
+pydantic generates the artifact's JSON Schema from the same classes, so the three cannot
+drift. A record ignores keys it does not know (a later format's additions); only the top
+level refuses them. The counts histograms, cohorts and rates and the selection rounds are
+still read by `selpe_audit.artifact.view` alone (written as plain dicts by the release).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import cache
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+
+T = TypeVar("T")
+
+#: the config of every record: unknown keys are read past (and allowed by the schema)
+OPEN = ConfigDict(extra="allow")
+#: the top level of the document: nothing but the blocks format 1 defines
+CLOSED = ConfigDict(extra="forbid")
+
+NonNegative = Annotated[float, Field(ge=0)]
+Positive = Annotated[float, Field(gt=0)]
+Probability = Annotated[float, Field(ge=0, le=1)]
+Name = Annotated[str, Field(min_length=1)]
+KeyId = Annotated[str, Field(pattern="^[0-9a-f]{16}$")]
+Sha256 = Annotated[str, Field(pattern="^[0-9a-f]{64}$")]
+Accounting = Literal["pure", "zCDP"]
+
+
+@cache
+def adapter(cls: type) -> TypeAdapter[Any]:
+    """pydantic's validator, serializer and schema for one record class (built once)."""
+    return TypeAdapter(cls)
+
+
+def _as_json(x: Any) -> Any:
+    if isinstance(x, tuple | list):
+        return [_as_json(v) for v in x]
+    return x
+
+
+def _without_none(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {k: _as_json(v) for k, v in items if v is not None}
+
+
+def json_form(record: Any) -> dict[str, Any]:
+    """A record as the artifact stores it: its fields, nested records as objects, tuples as
+    arrays, and no key whose value is None (an optional part the release did not make)."""
+    return asdict(record, dict_factory=_without_none)
+
+
+def parse(cls: type[T], raw: Any) -> T | None:
+    """``raw`` as a ``cls`` record, or None when it is not one (tolerant reading: the review
+    shows a document before anyone trusts it; checked readers validate the schema first)."""
+    try:
+        return adapter(cls).validate_python(raw)
+    except ValidationError:
+        return None
+
+
+def schema_of(cls: type) -> dict[str, Any]:
+    """The JSON Schema pydantic generates for a record class (nested records under $defs)."""
+    return adapter(cls).json_schema()
+
+
+# ----- ledger ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One mechanism's accounting, as OpenDP's privacy map reports it."""
+
+    __pydantic_config__ = OPEN
+
+    id: str
+    mechanism: str
+    constructor: str
+    scale: float
+    epsilon: NonNegative
+    delta: Probability
+    scope: str
+    composition: str
+    #: "pure epsilon-DP", or "rho-zCDP" (its epsilon and delta then in a conversion entry)
+    accounting: str = "pure epsilon-DP"
+    rho: NonNegative | None = None
+    mu: NonNegative | None = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    entries: tuple[LedgerEntry, ...]
+    total_epsilon: NonNegative
+    total_delta: Probability
+    accountant: str
+
+    __pydantic_config__ = OPEN
+
+    def scales(self) -> dict[str, float]:
+        """Noise scale per mechanism id."""
+        return {e.id: float(e.scale) for e in self.entries}
+
+
+#: what a view shows for a document without a readable ledger
+NO_LEDGER = Ledger((), 0.0, 0.0, "")
+
+
+# ----- budget, privacy unit, source --------------------------------------------------------
+
+@dataclass(frozen=True)
+class LifetimeStamp:
+    """Which enclave ledger and which entry of it charged the release. No path: the ledger
+    id is random per ledger folder, the reservation id random per release."""
+
+    __pydantic_config__ = OPEN
+
+    ledger_id: KeyId
+    dataset: Name
+    reservation_id: Annotated[str, Field(pattern="^[0-9a-f]{12}$")]
+    lifetime_epsilon: Positive | None = None
+    lifetime_delta: Probability | None = None
+    committed_epsilon: NonNegative | None = None
+    committed_delta: Probability | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The release's budget, its split, each part's settings and the lifetime caps."""
+
+    __pydantic_config__ = OPEN
+
+    epsilon: Positive
+    delta: Probability
+    split: dict[str, float]
+    counts: dict[str, Any] | None = None  # the counts settings (shares, n_min, ...)
+    lifetime_epsilon: Positive | None = None
+    lifetime_delta: Probability | None = None
+    lifetime_ledger: LifetimeStamp | None = None
+
+
+@dataclass(frozen=True)
+class PrivacyUnit:
+    """Whom the guarantee protects, and how each mechanism bounds one unit's rows."""
+
+    __pydantic_config__ = OPEN
+
+    unit: Literal["row", "person"]
+    id_field: str | None = None
+    max_contributions: Annotated[int, Field(ge=1)] | None = None
+    protects: str | None = None
+    bounding: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the private rows came from, without saying where that is: a file format, or a
+    database kind and the query's HMAC-SHA256 under an enclave secret (never host, user or
+    query; a plain hash of a short query is undone by guessing)."""
+
+    __pydantic_config__ = CLOSED
+
+    kind: Literal["file", "postgresql"]
+    format: Literal["csv", "parquet", "jsonl"] | None = None
+    query_hmac_sha256: Sha256 | None = None
+
+
+# ----- guarantees --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PriorBound:
+    """A secret guessed with probability ``prior`` beforehand is reconstructed with
+    probability at most ``success_max``."""
+
+    __pydantic_config__ = OPEN
+
+    prior: float
+    success_max: float
+
+
+@dataclass(frozen=True)
+class SelectionGdp:
+    """SecPE's (p, r) reading of a Gaussian selection's mu-GDP (an interpretation)."""
+
+    __pydantic_config__ = OPEN
+
+    mu: NonNegative
+    formula: str
+    reconstruction_success_max: tuple[PriorBound, ...]
+    scope: str | None = None
+    statements: tuple[str, ...] = ()
+    note: str | None = None
+    references: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FprBound:
+    """At a false-positive rate of ``fpr``, a membership test catches at most ``tpr_max``."""
+
+    __pydantic_config__ = OPEN
+
+    fpr: float
+    tpr_max: float
+
+
+@dataclass(frozen=True)
+class Guarantees:
+    """What the release's (epsilon, delta) means, in numbers and plain words by privacy unit;
+    ``selection_gdp``: a Gaussian selection's own reading (an interpretation)."""
+
+    __pydantic_config__ = OPEN
+
+    epsilon: NonNegative | None = None
+    delta: Probability | None = None
+    protects: str | None = None
+    membership_advantage_max: float | None = None
+    membership_tpr_max: tuple[FprBound, ...] = ()
+    reconstruction_success_max: tuple[PriorBound, ...] = ()
+    statements: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    selection_gdp: SelectionGdp | None = None
+
+
+#: what a view shows for a document without readable guarantees
+NO_GUARANTEES = Guarantees()
+
+
+# ----- mode descriptions -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CountsDescription:
+    """What the release says of its counts mode, so a plugin's mode reads where it is not
+    installed."""
+
+    __pydantic_config__ = OPEN
+
+    accounting: Accounting | None = None
+    review: str | None = None
+    model: bool | None = None
+
+
+@dataclass(frozen=True)
+class SelectionDescription:
+    """What the release says of its selection mode (review and decode read it)."""
+
+    __pydantic_config__ = OPEN
+
+    accounting: Accounting | None = None
+    review: str | None = None
+    mechanism: str | None = None
+    person_bounding: str | None = None
+
+
+@dataclass(frozen=True)
+class SelectionAccounting:
+    """The selection's total: its measure, and epsilon/delta (rho and mu: Gaussian modes)."""
+
+    __pydantic_config__ = OPEN
+
+    mode: str
+    measure: str
+    epsilon: NonNegative
+    delta: Probability
+    rho: NonNegative | None = None
+    mu: NonNegative | None = None
+    constructor: str = ""  # the OpenDP constructor that composed the rounds
+
+
+@dataclass(frozen=True)
+class SelectionHeader:
+    """The typed part of ``selection``: its mode, description and accounting (the rounds
+    and each mode's own block are read by `selpe_audit.artifact.view`)."""
+
+    __pydantic_config__ = OPEN
+
+    # any name: a mode registered by a plugin reads off-site, where it is not installed
+    mode: Name | None = None
+    mode_description: SelectionDescription | None = None
+    accounting: SelectionAccounting | None = None
+
