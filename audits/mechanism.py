@@ -335,7 +335,7 @@ def selection_schema() -> Schema:
 def _code(run: SelectionRun, toward_canary: dict[str, Any], home: Any) -> int:
     """A run's output: 2 if the candidate toward the canary is among the home class's
     winners, plus 1 if it is among the other class's."""
-    has = {c["class"]: {**toward_canary, "cls": c["class"]} in c["winners"]
+    has = {c.class_value: {**toward_canary, "cls": c.class_value} in c.winners
            for c in run.rounds[0].classes}
     return 2 * has[home] + sum(v for c, v in has.items() if c != home)
 

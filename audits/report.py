@@ -45,17 +45,17 @@ def text_coder(f: Field, view: ReleaseView | None,
     """How a free-text field's texts become categories: the artifact's public codebook (DP
     phrases or keywords: a text's first released term; public anchors: the nearest anchor,
     as the release assigns them), else the fidelity audit's word-count proxy."""
-    raw = view.doc.get("counts", {}).get("topics", {}).get(f.name) if view else None
-    if isinstance(raw, dict) and isinstance(raw.get("phrases"), dict):
-        vocab = PhraseVocabulary.from_json(f.name, raw["phrases"])
+    topics = view.counts.topics.get(f.name) if view else None
+    if topics is not None and topics.phrases is not None:
+        vocab = PhraseVocabulary.from_record(f.name, topics.phrases)
         names = [*vocab.phrases, OTHER]  # topic j is phrase j; the last is "other"
 
         def by_term(texts: list[str]) -> list[str]:
             return [names[vocab.code(t)] for t in texts]
         return (f"released DP {vocab.kind} (a text's first released {vocab.kind[:-1]}; else "
                 "other)", by_term)
-    if isinstance(raw, dict) and raw.get("embeddings") and embedder is not None:
-        book = Codebook.from_json(f.name, raw)
+    if topics is not None and topics.embeddings and embedder is not None:
+        book = Codebook.from_record(f.name, topics)
 
         def by_anchor(texts: list[str]) -> list[str]:
             codes = assign_topics(book, texts, embedder)

@@ -130,7 +130,7 @@ def utility(kernel: Kernel, schema: Schema, ns: list[int], epsilons: list[float]
                     cfg = SelectionConfig(rounds=rounds, k=3, batches=5, mode=mode)
                     src = MixedPool(schema, pool, "benchmark", seed=1000 * rep + n)
                     run = run_selection(schema, priv, kernel, src, cfg, eps, DELTA)
-                    syn = [w for r in run.rounds for c in r.classes for w in c["winners"]]
+                    syn = [w for r in run.rounds for c in r.classes for w in c.winners]
                     res[mode] = _scores(schema, syn, test, kernel.embedder, rep)
                 out.append(res)
                 print(f"rep {rep} n {n} eps {eps}: " + ", ".join(

@@ -15,7 +15,8 @@ import numpy as np
 
 from selpe_audit.artifact.document import VerifiedRelease
 from selpe_audit.artifact.model_block import CountsModel, Topics
-from selpe_audit.artifact.view import Cohorts, ReleaseView
+from selpe_audit.artifact.records import Cohorts
+from selpe_audit.artifact.view import ReleaseView
 from selpe_audit.schema import Field, Schema
 
 
@@ -67,9 +68,7 @@ class Released:
 
     def cohort_of(self, record: dict[str, Any]) -> int:
         """Index of the cohort that holds ``record`` (the catch-all if no rule matches)."""
-        cohorts = self.view.counts.cohorts
-        assert cohorts is not None, "cohort_of needs released cohorts"
-        return cohorts.index_of(record)
+        return self.view.counts.cohort_of(record)
 
     def exemplars(self, class_value: Any) -> list[dict[str, Any]]:
         """The class's winners, then its partners: every public record released for it."""

@@ -40,7 +40,14 @@ import polars as pl
 
 from release.dp.compat import polars_plan
 from release.dp.mechanisms import PrivacyUnit, spooled_context, unit_codes
-from selpe_audit.artifact.model_block import DP_VOCABULARY
+from selpe_audit.artifact.model_block import (
+    DP_VOCABULARY,
+    PhraseCount,
+    PhraseInfo,
+    TopicAnchor,
+    Topics,
+)
+from selpe_audit.artifact.records import adapter, json_form
 from selpe_audit.errors import UserError
 
 CONSTRUCTOR = ("opendp.extras.polars: group_by(phrase).agg(dp.len()) with OpenDP's "
@@ -174,25 +181,28 @@ class PhraseVocabulary:
         object.__setattr__(self, "_index", {p: j for j, p in enumerate(self.phrases)})
 
     @classmethod
-    def from_json(cls, field: str, obj: dict[str, Any]) -> PhraseVocabulary:
-        """Read a published vocabulary back (the artifact's ``counts.topics[field].phrases``),
-        so an audit gives a text the topic the release gave it."""
-        phrases = obj["phrases"]
-        return cls(field, obj["kind"], tuple(p["text"] for p in phrases),
-                   tuple(int(p["dp_count"]) for p in phrases), float(obj["epsilon"]),
-                   float(obj["delta"]), float(obj["scale"]), int(obj["threshold"]),
-                   obj["mechanism"], int(obj["per_unit"]), obj.get("denylist"),
-                   int(obj.get("slots", 1)))
+    def from_record(cls, field: str, info: PhraseInfo) -> PhraseVocabulary:
+        """A published vocabulary (the artifact's ``counts.topics[field].phrases``), so an
+        audit gives a text the topic the release gave it."""
+        return cls(field, info.kind, tuple(p.text for p in info.phrases),
+                   tuple(p.dp_count for p in info.phrases), info.epsilon, info.delta,
+                   info.scale, info.threshold, info.mechanism, info.per_unit, info.denylist,
+                   info.slots)
+
+    @classmethod
+    def from_json(cls, field: str, obj: Any) -> PhraseVocabulary:
+        return cls.from_record(field, adapter(PhraseInfo).validate_python(obj))
+
+    def to_record(self) -> PhraseInfo:
+        return PhraseInfo(self.kind, tuple(PhraseCount(p, c) for p, c in
+                                           zip(self.phrases, self.dp_counts, strict=True)),
+                          self.mechanism, self.epsilon, self.delta, self.scale, self.threshold,
+                          self.per_unit, self.slots, self.k, NORMALISATION,
+                          "every text with no released " + self.kind[:-1], CONSTRUCTOR,
+                          self.denylist)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "k": self.k, "normalisation": NORMALISATION,
-                "phrases": [{"text": p, "dp_count": c}
-                            for p, c in zip(self.phrases, self.dp_counts, strict=True)],
-                "other": "every text with no released " + self.kind[:-1],
-                "mechanism": self.mechanism, "constructor": CONSTRUCTOR,
-                "scale": self.scale, "threshold": self.threshold,
-                "epsilon": self.epsilon, "delta": self.delta, "per_unit": self.per_unit,
-                "slots": self.slots, **({"denylist": self.denylist} if self.denylist else {})}
+        return json_form(self.to_record())
 
 
 def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
@@ -328,12 +338,12 @@ SOURCE = DP_VOCABULARY
 OTHER = "(other)"
 
 
-def phrase_topics(v: PhraseVocabulary) -> dict[str, Any]:
+def phrase_topics(v: PhraseVocabulary) -> Topics:
     """The artifact's ``counts.topics[field]`` block: topic j is phrase j (its one member);
     the last topic, "other", lists every released phrase as its members, so a decoder
     without a text model gives an "other" row a released phrase drawn the same way in every
     class (no label signal the release does not carry)."""
-    anchors = [{"text": p, "members": [p]} for p in v.phrases]
-    anchors.append({"text": OTHER, "members": list(v.phrases), "other": True})
-    return {"k": v.k, "source": SOURCE, "texts_considered": len(v.phrases), "anchors": anchors,
-            "phrases": v.to_json()}
+    anchors = [TopicAnchor(p, (p,)) for p in v.phrases]
+    anchors.append(TopicAnchor(OTHER, tuple(v.phrases), other=True))
+    return Topics(v.k, SOURCE, tuple(anchors), texts_considered=len(v.phrases),
+                  phrases=v.to_record())

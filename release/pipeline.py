@@ -261,10 +261,10 @@ def _measure_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: 
     vocabularies: ledger entries, the artifact's counts block, and the (epsilon, delta)
     OpenDP's maps give, the phrase vocabularies' included."""
     vocab, spent = coded.vocab, coded.spent
-    topic_json = {name: cb.to_json() for name, cb in codebooks.items()}
-    topic_json |= {name: phrase_topics(v) for name, v in vocab.items()}
+    topic_records = {name: cb.to_record() for name, cb in codebooks.items()}
+    topic_records |= {name: phrase_topics(v) for name, v in vocab.items()}
     rows = CountsRows(coded.frame, unit, coded.topics, {n: v.slots for n, v in vocab.items()},
-                      topic_json)
+                      topic_records)
     budget = CountsBudget(cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
     out = measure(rows, schema, cfg.counts, budget)
     return (coded.phrase_entries + out.entries, out.block, out.epsilon + spent[0],
@@ -378,7 +378,7 @@ def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: CandidateSourc
         "accounting": json_form(run.accounting),
         "kernel": kernel.to_json(),
         "candidates": source.describe(),
-        "rounds": [r.to_json(sel.k * r.quota) for r in rounds],
+        "rounds": [json_form(r.to_record(sel.k * r.quota)) for r in rounds],
     }
     block = mode.artifact_block(sel)
     if block is not None and mode.descriptor.block_key is not None:

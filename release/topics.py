@@ -21,6 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from release.selection.candidates import CandidateSource, PoolSource
+from selpe_audit.artifact.model_block import TopicAnchor, Topics
+from selpe_audit.artifact.records import adapter, json_form
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.embeddings import Embedder, PrivateEncoder
 from selpe_audit.schema import Schema
@@ -59,27 +61,31 @@ class Codebook:
     def k(self) -> int:
         return len(self.anchors)
 
+    def to_record(self) -> Topics:
+        """The artifact's ``counts.topics[field]`` record."""
+        return Topics(self.k, self.source, tuple(
+            TopicAnchor(a, m) for a, m in zip(self.anchors, self.members, strict=True)),
+            embedding_model=self.embedding_model, texts_considered=self.texts_considered,
+            embeddings=tuple(tuple(round(float(x), DECIMALS) for x in row)
+                             for row in self.embeddings))
+
     def to_json(self) -> dict[str, Any]:
-        """The artifact's ``counts.topics[field]`` object."""
-        return {
-            "k": self.k,
-            "source": self.source,
-            "embedding_model": self.embedding_model,
-            "texts_considered": self.texts_considered,
-            "anchors": [{"text": a, "members": list(m)}
-                        for a, m in zip(self.anchors, self.members, strict=True)],
-            "embeddings": [[round(float(x), DECIMALS) for x in row] for row in self.embeddings],
-        }
+        return json_form(self.to_record())
 
     @classmethod
-    def from_json(cls, field: str, obj: dict[str, Any]) -> Codebook:
-        """Read a published codebook back (for decode and audits: same assignment)."""
-        emb = np.asarray(obj["embeddings"], dtype=np.float64)
-        anchors = tuple(a["text"] for a in obj["anchors"])
-        if emb.ndim != 2 or emb.shape[0] != len(anchors) or len(anchors) != obj["k"]:
+    def from_record(cls, field: str, topics: Topics) -> Codebook:
+        """A published codebook (for decode and audits: the same assignment)."""
+        if len(topics.anchors) != topics.k or not topics.embedding_model or \
+                topics.texts_considered is None or topics.embeddings is None:
             raise ValueError(f"topics of field '{field}': k, anchors and embeddings disagree")
-        return cls(field, obj["source"], obj["embedding_model"], int(obj["texts_considered"]),
-                   anchors, tuple(tuple(a["members"]) for a in obj["anchors"]), emb)
+        return cls(field, topics.source, topics.embedding_model, topics.texts_considered,
+                   tuple(a.text for a in topics.anchors),
+                   tuple(a.members for a in topics.anchors),
+                   np.asarray(topics.embeddings, dtype=np.float64))
+
+    @classmethod
+    def from_json(cls, field: str, obj: Any) -> Codebook:
+        return cls.from_record(field, adapter(Topics).validate_python(obj))
 
     def __post_init__(self) -> None:
         emb = np.asarray(self.embeddings, dtype=np.float64)

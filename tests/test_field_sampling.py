@@ -19,13 +19,14 @@ from selpe_audit.errors import UserError
 def _block(schema, sex: list[list[int]], age: list[list[int]]) -> dict:
     """A counts block with two histograms (sex, age); every other field has none."""
     f = schema.field("age")
-    return {"signed": True, "class_balance": {"classes": schema.classes,
+    return {"signed": True, "class_balance": {"mechanism_id": "b", "classes": schema.classes,
                                               "dp_counts": [10] * len(schema.classes)},
             "histograms": {
-                "sex": {"kind": "categories", "keys": schema.field("sex").enum, "edges": None,
-                        "dp_counts_by_class": sex},
-                "age": {"kind": "bins", "keys": list(range(len(f.bins) - 1)),
-                        "edges": f.bins, "dp_counts_by_class": age}}}
+                "sex": {"mechanism_id": "s", "kind": "categories",
+                        "keys": schema.field("sex").enum, "dp_counts_by_class": sex},
+                "age": {"mechanism_id": "a", "kind": "bins",
+                        "keys": list(range(len(f.bins) - 1)), "edges": f.bins,
+                        "dp_counts_by_class": age}}}
 
 
 @pytest.fixture()

@@ -96,7 +96,7 @@ def test_toy_mode_in_help_config_and_schema(tmp_path, toy):
     with pytest.raises(UserError, match="toy-first"):  # the refusal lists it, on one line
         _cfg(tmp_path, selection_mode="histogram")
 
-    sel = document.artifact_json_schema()["$defs"]["SelectionHeader"]["properties"]
+    sel = document.artifact_json_schema()["$defs"]["SelectionBlock"]["properties"]
     assert {"type": "string", "minLength": 1} in sel["mode"]["anyOf"]  # any mode reads off-site
     assert sel["toy_first"]["required"] == ["rule"]  # a registered mode's block is checked
 

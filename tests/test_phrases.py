@@ -280,13 +280,13 @@ def test_the_marginals_decoder_draws_a_topic_from_its_released_counts_by_class(
 def test_review_flags_a_released_term_that_looks_like_personal_data():
     """The reviewer sees a warning on a released term holding a long number (an id?), and
     none on plain words; "other" is not a text and is never flagged."""
+    from release.phrases import phrase_topics
+    from selpe_audit.artifact.records import json_form
     from selpe_audit.review.view import review_warnings
 
-    topics = {"k": 3, "source": "dp phrases", "anchors": [
-        {"text": "fever", "members": ["fever"]},
-        {"text": "bed 40417", "members": ["bed 40417"]},
-        {"text": "(other)", "members": ["fever", "bed 40417"], "other": True}],
-        "phrases": {"kind": "phrases"}}
+    vocab = PhraseVocabulary("chief_complaint", "phrases", ("fever", "bed 40417"), (30, 20),
+                             1.0, 1e-6, 1.0, 14, "Laplace", 1)
+    topics = json_form(phrase_topics(vocab))
     warnings = [w for w in review_warnings({"counts": {"topics": {"chief_complaint": topics}}})
                 if w.kind == "personal data"]
     assert len(warnings) == 1 and "40417" in warnings[0].reason

@@ -87,7 +87,7 @@ def test_signal_winners_beat_random_candidates(demo_schema, kernel, pool):
     cfg = SelectionConfig(rounds=1, k=8, batches=3)
     run = run_selection(_only_class(demo_schema, 3), priv, kernel, source, cfg, 1000.0)
     rounds, eps = run.rounds, run.accounting.epsilon
-    winners = rounds[0].classes[0]["winners"]
+    winners = list(rounds[0].classes[0].winners)
     feats_w = kernel.featurize(winners)
     cand = source.generate(class_value=3, positives=[], negatives=[], hints=None, n=40)
     feats_r = kernel.featurize(cand)

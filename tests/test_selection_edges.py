@@ -43,12 +43,12 @@ def test_identical_candidates_small_and_empty_classes(demo_schema, kernel):
     assert math.isclose(eps, 0.9)
     assert [r.round for r in rounds] == [1, 2, 3]
     for r in rounds:
-        assert [c["class"] for c in r.classes] == list(demo_schema.classes)
+        assert [c.class_value for c in r.classes] == list(demo_schema.classes)
         for c in r.classes:
             # every candidate is the same record: winners and partners are that record
-            assert 1 <= len(c["winners"]) <= r.quota
-            assert len(c["partners"]) == len(c["winners"])
-            assert all(w == dict(one, acuity=c["class"]) for w in c["winners"] + c["partners"])
+            assert 1 <= len(c.winners) <= r.quota
+            assert len(c.partners) == len(c.winners)
+            assert all(w == dict(one, acuity=c.class_value) for w in c.winners + c.partners)
 
 
 @pytest.mark.slow

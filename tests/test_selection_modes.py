@@ -143,7 +143,7 @@ def test_run_selection_accounting_and_winners(demo_schema, kernel, mode):
     for r in run.rounds:
         assert r.epsilon is None and r.rho > 0
         for c in r.classes:
-            assert 1 <= len(c["winners"]) <= r.quota
+            assert 1 <= len(c.winners) <= r.quota
 
 
 @pytest.mark.audit

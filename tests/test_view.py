@@ -97,9 +97,10 @@ def test_checked_refuses_a_malformed_block_in_one_line(break_it):
 
 def test_cohort_membership_uses_the_rule_and_falls_back_to_the_catch_all():
     n = len(SCHEMA.classes)
-    view = ReleaseView.checked(_doc(cohorts={"mechanism_id": "c", "cohorts": [
+    view = ReleaseView.checked(_doc(cohorts={"mechanism_id": "c", "classes": SCHEMA.classes,
+                                             "cohorts": [
         {"name": "young", "where": {"age": [0, 17]}, "dp_counts_by_class": [1] * n},
-        {"name": "(other)", "where": "rows in no other cohort", "dp_counts_by_class": [1] * n}]}))
-    cohorts = view.counts.cohorts
-    assert cohorts is not None
-    assert [cohorts.index_of(r) for r in ROWS] == [0 if r["age"] <= 17 else 1 for r in ROWS]
+        {"name": "(other)", "where": "rows in no other cohort",
+         "dp_counts_by_class": [1] * n}]}))
+    assert view.counts.cohorts is not None
+    assert [view.counts.cohort_of(r) for r in ROWS] == [0 if r["age"] <= 17 else 1 for r in ROWS]

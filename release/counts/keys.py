@@ -17,6 +17,7 @@ import polars as pl
 from release.config import Cohort, CountsConfig, RateSpec
 from release.dp.mechanisms import COUNT_COLUMN, CountQuery, NoisyCounts, unit_codes
 from release.private_data import polars_dtypes
+from selpe_audit.artifact import records
 from selpe_audit.schema import CohortRule, Field, Schema
 
 CLASS_COL = "__class"
@@ -125,15 +126,12 @@ def cohorts_block(schema: Schema, counts: CountsConfig, res: NoisyCounts) -> dic
     look = lookup(res)
     cohorts = []
     for i, c in enumerate([*counts.cohorts, None]):
-        per_class = [look[(i, k)] for k in range(len(schema.classes))]
-        cohorts.append({
-            "name": c.name if c else OTHER_COHORT,
-            "where": ({k: list(v) for k, v in c.where.items()} if c
-                      else "rows in no other cohort"),
-            "dp_counts_by_class": per_class,
-            "post_size": sum(per_class),
-        })
-    return {"mechanism_id": "counts/cohorts", "classes": schema.classes, "cohorts": cohorts}
+        per_class = tuple(look[(i, k)] for k in range(len(schema.classes)))
+        cohorts.append(records.Cohort(c.name if c else OTHER_COHORT,
+                                      {k: tuple(v) for k, v in c.where.items()} if c
+                                      else "rows in no other cohort", per_class, sum(per_class)))
+    return records.json_form(records.Cohorts("counts/cohorts", tuple(schema.classes),
+                                             tuple(cohorts)))
 
 
 def cohort_and_rate_blocks(schema: Schema, counts: CountsConfig,
@@ -150,6 +148,8 @@ def cohort_and_rate_blocks(schema: Schema, counts: CountsConfig,
 
 def rate_block(schema: Schema, counts: CountsConfig, i: int, r: RateSpec,
                res: NoisyCounts) -> dict[str, Any]:
+    """One rate's cells: two noisy counts each, and the rate as post-processing (clipped to
+    [0, 1], suppressed below n_min)."""
     look = lookup(res)
     cells = []
     values = [public_values(schema.field(c)) for c in r.cells]
@@ -158,10 +158,9 @@ def rate_block(schema: Schema, counts: CountsConfig, i: int, r: RateSpec,
         n_yes, n_no = look[(*codes, 1)], look[(*codes, 0)]
         n_cell = n_yes + n_no
         suppressed = n_cell < counts.n_min or n_cell <= 0
-        rate = None if suppressed else min(1.0, max(0.0, n_yes / n_cell))
-        cells.append({"cell": dict(zip(r.cells, combo, strict=True)), "dp_n_outcome": n_yes,
-                      "dp_n_other": n_no, "post_n_cell": n_cell, "post_rate": rate,
-                      "suppressed": suppressed})
-    return {"mechanism_id": f"counts/rates/{i}", "name": r.name,
-            "outcome": {"field": r.outcome_field, "values": list(r.outcome_values)},
-            "cells_by": list(r.cells), "n_min": counts.n_min, "cells": cells}
+        cells.append(records.RateCell(dict(zip(r.cells, combo, strict=True)), n_yes, n_no, n_cell,
+                              suppressed,
+                              None if suppressed else min(1.0, max(0.0, n_yes / n_cell))))
+    return records.json_form(records.Rate(
+        f"counts/rates/{i}", r.name, records.RateOutcome(r.outcome_field, tuple(r.outcome_values)),
+        tuple(r.cells), counts.n_min, tuple(cells)))

@@ -26,7 +26,7 @@ from release.counts.keys import (
 from release.counts.registry import CountsBudget, CountsRows, MeasuredCounts, register
 from release.dp.mechanisms import CountQuery, CountsRelease, release_counts
 from selpe_audit.artifact.counts_modes import MARGINALS
-from selpe_audit.artifact.records import LedgerEntry
+from selpe_audit.artifact.records import ClassBalance, Histogram, LedgerEntry, json_form
 from selpe_audit.schema import Schema
 
 
@@ -66,32 +66,23 @@ def counts_section(schema: Schema, counts: CountsConfig, release: CountsRelease)
     res = {r.id: r for r in release.results}
     classes = schema.classes
     cb = lookup(res["counts/class_balance"])
-    out: dict[str, Any] = {
-        "signed": True,
-        "class_balance": {
-            "mechanism_id": "counts/class_balance",
-            "classes": classes,
-            "dp_counts": [cb[(k,)] for k in range(len(classes))],
-        },
-        "histograms": {},
-    }
+    histograms = {}
     for f in schema.record_fields:
         rid = f"counts/histogram/{f.name}"
         if rid not in res:
             continue
         look = lookup(res[rid])
         values = public_values(f)
-        out["histograms"][f.name] = {
-            "mechanism_id": rid,
-            "kind": "categories" if f.kind == "categorical" else "bins",
-            "keys": list(f.enum) if f.kind == "categorical" else values,
-            "edges": None if f.kind == "categorical" else list(f.bins),
-            "dp_counts_by_class": [[look[(k, j)] for j in range(len(values))]
-                                   for k in range(len(classes))],
-        }
-    out.update(cohort_and_rate_blocks(schema, counts, res))
-    return out
-
+        histograms[f.name] = Histogram(
+            rid, "categories" if f.kind == "categorical" else "bins",
+            tuple(f.enum) if f.kind == "categorical" else tuple(values),
+            tuple(tuple(look[(k, j)] for j in range(len(values))) for k in range(len(classes))),
+            edges=None if f.kind == "categorical" else tuple(f.bins))
+    balance = ClassBalance("counts/class_balance", tuple(classes),
+                           tuple(cb[(k,)] for k in range(len(classes))))
+    return {"signed": True, "class_balance": json_form(balance),
+            "histograms": {k: json_form(h) for k, h in histograms.items()},
+            **cohort_and_rate_blocks(schema, counts, res)}
 
 
 class MarginalsMode:

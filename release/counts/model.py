@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,8 +53,8 @@ from release.dp.mechanisms import (
 )
 from selpe_audit.artifact import model_block as artifact_model
 from selpe_audit.artifact.counts_modes import AIM, FIXED, MST, CountsModeDescriptor
-from selpe_audit.artifact.model_block import TOPIC_PREFIX, topic_column
-from selpe_audit.artifact.records import LedgerEntry
+from selpe_audit.artifact.model_block import TOPIC_PREFIX, Topics, topic_column
+from selpe_audit.artifact.records import ClassBalance, Histogram, LedgerEntry, json_form
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
@@ -274,7 +274,7 @@ def ledger_entries(mode: ModelMode, cols: list[ModelColumn],
 # ----- the artifact's counts block (post-processing) ------------------------------------
 
 def counts_section(schema: Schema, counts: CountsConfig, cols: list[ModelColumn],
-                   rel: ModelRelease, topics: dict[str, Any]) -> dict[str, Any]:
+                   rel: ModelRelease, topics: Mapping[str, Topics]) -> dict[str, Any]:
     """The ``counts`` block: every noisy marginal as released (``model``), and the class
     balance and class-conditional histograms projected from the fitted model (so every
     reader of the "marginals" layout keeps working), each with its standard deviation."""
@@ -282,38 +282,28 @@ def counts_section(schema: Schema, counts: CountsConfig, cols: list[ModelColumn]
     label = cols[0].frame_col
     n_classes = len(schema.classes)
     balance = np.asarray(table.project((label,)))[:n_classes]
-    out: dict[str, Any] = {
-        "signed": True,
-        "class_balance": {
-            "mechanism_id": TABLE_ID,
-            "classes": list(schema.classes),
-            "dp_counts": [round(float(v)) for v in balance],
-            "stddev": float(table.std((label,))),
-        },
-        "histograms": {},
-    }
-    topics = {name: dict(t) for name, t in topics.items()}
+    topics = dict(topics)
+    histograms = {}
     for c in cols[1:]:
         proj = np.asarray(table.project((label, c.frame_col)))[:n_classes, :len(c.keys)]
+        by_class = tuple(tuple(round(float(v)) for v in row) for row in proj)
         if c.kind == "topic":  # topic x class from the fitted model: candidates draw from it
             if c.name == topic_column(c.field):  # the first slot
-                topics[c.field]["dp_counts_by_class"] = [[round(float(v)) for v in row]
-                                                         for row in proj]
+                topics[c.field] = replace(topics[c.field], dp_counts_by_class=by_class)
             continue
         f = schema.field(c.field)
-        out["histograms"][c.field] = {
-            "mechanism_id": TABLE_ID,
-            "kind": c.kind,
-            "keys": list(f.enum) if f.kind == "categorical" else list(c.keys),
-            "edges": None if f.kind == "categorical" else list(f.bins),
-            "dp_counts_by_class": [[round(float(v)) for v in row] for row in proj],
-            "stddev": _std(table, (label, c.frame_col)),
-        }
-    out["model"] = model_block(counts.mode, cols, rel)
-    if topics:
-        out["topics"] = topics
-    out.update(cohort_and_rate_blocks(schema, counts, {r.id: r for r in rel.others}))
-    return out
+        histograms[c.field] = Histogram(
+            TABLE_ID, c.kind, tuple(f.enum) if f.kind == "categorical" else tuple(c.keys),
+            by_class, edges=None if f.kind == "categorical" else tuple(f.bins),
+            stddev=_std(table, (label, c.frame_col)))
+    balance_rec = ClassBalance(TABLE_ID, tuple(schema.classes),
+                               tuple(round(float(v)) for v in balance),
+                               float(table.std((label,))))
+    return {"signed": True, "class_balance": json_form(balance_rec),
+            "histograms": {k: json_form(h) for k, h in histograms.items()},
+            "model": model_block(counts.mode, cols, rel),
+            **({"topics": {k: json_form(t) for k, t in topics.items()}} if topics else {}),
+            **cohort_and_rate_blocks(schema, counts, {r.id: r for r in rel.others})}
 
 
 def _std(table: Any, attrs: tuple[str, ...]) -> float | None:
@@ -332,9 +322,9 @@ def model_block(algorithm_name: str, cols: list[ModelColumn], rel: ModelRelease)
                                      tuple(_number(v) for v in
                                            np.asarray(m.noisy_measurement).ravel()))
         for m in rel.table.marginals.flatten())
-    return artifact_model.CountsModel(
+    return json_form(artifact_model.CountsModel(
         algorithm_name, "zero-concentrated", rel.table_rho, tuple(cols), marginals,
-        estimator="mirror_descent", total=float(rel.table.model.total)).to_json()
+        estimator="mirror_descent", total=float(rel.table.model.total)))
 
 
 def _number(v: Any) -> int | float:

@@ -25,6 +25,7 @@ from selpe_audit.artifact.counts_modes import (
     describe_counts,
     register_counts_mode,
 )
+from selpe_audit.artifact.model_block import Topics
 from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.plugins import load_plugins as _load
 from selpe_audit.schema import Schema
@@ -54,7 +55,7 @@ class CountsRows:
     unit: PrivacyUnit
     topics: Mapping[str, int] = field(default_factory=dict)
     slots: Mapping[str, int] = field(default_factory=dict)
-    topic_blocks: Mapping[str, Any] = field(default_factory=dict)
+    topic_blocks: Mapping[str, Topics] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

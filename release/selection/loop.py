@@ -27,6 +27,7 @@ from release.selection import accounting
 from release.selection.candidates import CandidateSource
 from release.selection.registry import get
 from release.selection.types import Pools, PrivateClasses, RoundOutput, SelectionRun
+from selpe_audit.artifact.records import SelectedClass
 from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 from selpe_audit.schema import Schema
 
@@ -61,7 +62,7 @@ def run_selection(schema: Schema, priv: PrivateClasses, kernel: Kernel,
         for c in schema.classes:
             winners[c], partners[c] = _winners_and_partners(kernel, pools[c], cand[c],
                                                             dp_ranked[c][:m_t])
-            out.classes.append({"class": c, "winners": winners[c], "partners": partners[c]})
+            out.classes.append(SelectedClass(c, tuple(winners[c]), tuple(partners[c])))
         rounds.append(out)
     return SelectionRun(rounds, accounting.total(mode.descriptor, mode.constructor, composed,
                                                  budgets, rounds, delta))

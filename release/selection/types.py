@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from selpe_audit.artifact.records import SelectionAccounting
+from selpe_audit.artifact.records import SelectedClass, SelectionAccounting, SelectionRound
 from selpe_audit.kernel.distance import Features, NumericScale
 from selpe_audit.schema import Schema
 
@@ -83,19 +83,16 @@ class RoundOutput:
     epsilon: float | None
     scale: float
     quota: int
-    classes: list[dict[str, Any]] = field(default_factory=list)
+    classes: list[SelectedClass] = field(default_factory=list)
     rho: float | None = None
     mu: float | None = None
     sensitivity: float = 1.0
 
-    def to_json(self, pool_size: int) -> dict[str, Any]:
+    def to_record(self, pool_size: int) -> SelectionRound:
         """The round as the artifact's ``selection.rounds`` holds it."""
-        out: dict[str, Any] = {"round": self.round, "epsilon": self.epsilon,
-                               "scale": self.scale, "quota": self.quota,
-                               "pool_size": pool_size, "classes": self.classes}
-        if self.rho is not None:
-            out.update(rho=self.rho, mu=self.mu, sensitivity=self.sensitivity)
-        return out
+        return SelectionRound(self.round, tuple(self.classes), self.epsilon, self.scale,
+                              self.quota, pool_size, self.rho, self.mu,
+                              self.sensitivity if self.rho is not None else None)
 
 
 @dataclass

@@ -28,13 +28,17 @@ from selpe_audit.artifact.records import (
     CLOSED,
     OPEN,
     Budget,
+    ClassBalance,
+    Cohorts,
     CountsDescription,
     Guarantees,
+    Histogram,
     KeyId,
     Ledger,
     Name,
     PrivacyUnit,
-    SelectionHeader,
+    Rate,
+    SelectionBlock,
     Sha256,
     Source,
     schema_of,
@@ -55,12 +59,18 @@ FORMAT = "selpe-audit/release"
 FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
-class CountsHeader:
-    """The typed part of ``counts``: the mode, what it is, its model and topic codebooks
-    (the histograms, cohorts and rates are read by `selpe_audit.artifact.view`)."""
+class CountsBlock:
+    """``counts``: every released noisy count, keyed by public values (signed: unbiased,
+    possibly negative; decoders clamp at 0), the mode that made them and, for a model mode,
+    the model and topic codebooks. Blocks a later format adds are read past."""
 
     __pydantic_config__ = OPEN
 
+    signed: bool | None = None
+    class_balance: ClassBalance | None = None
+    histograms: dict[str, Histogram] | None = None
+    cohorts: Cohorts | None = None
+    rates: tuple[Rate, ...] | None = None
     # any name: a mode registered by a plugin reads off-site, where it is not installed
     mode: Name | None = None
     mode_description: CountsDescription | None = None
@@ -85,8 +95,8 @@ class ReleaseDocument:
     budget: Budget
     ledger: Ledger
     guarantees: Guarantees
-    counts: CountsHeader
-    selection: SelectionHeader | None
+    counts: CountsBlock
+    selection: SelectionBlock | None
     source: Source | None = None
     created: str | None = None
 
@@ -95,7 +105,7 @@ def artifact_json_schema() -> dict[str, Any]:
     """The artifact's JSON Schema, generated from `ReleaseDocument`, with the block of each
     selection mode registered now (a block of a mode not registered here is not checked)."""
     schema = copy.deepcopy(schema_of(ReleaseDocument))
-    selection = schema["$defs"]["SelectionHeader"]["properties"]
+    selection = schema["$defs"]["SelectionBlock"]["properties"]
     for d in modes.modes():
         if d.block_key is not None:
             selection[d.block_key] = dict(d.block_schema)

@@ -18,7 +18,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from selpe_audit.artifact.records import OPEN, Name, NonNegative, Positive, json_form, parse
+from selpe_audit.artifact.records import (
+    OPEN,
+    Name,
+    NonNegative,
+    Positive,
+    Probability,
+    parse,
+)
 from selpe_audit.schema import Schema
 
 #: how decode refits the model from the released marginals, whichever counts mode (its
@@ -57,11 +64,6 @@ class ModelColumn:
     def cells(self) -> int:
         return len(self.keys) + 1
 
-    def to_json(self) -> dict[str, Any]:
-        """The record's own fields (a subclass's working fields stay in the enclave)."""
-        return {"name": self.name, "field": self.field, "kind": self.kind,
-                "keys": list(self.keys)}
-
 
 @dataclass(frozen=True)
 class ModelMarginal:
@@ -92,9 +94,6 @@ class CountsModel:
     def column(self, name: str) -> ModelColumn | None:
         return next((c for c in self.columns if c.name == name), None)
 
-    def to_json(self) -> dict[str, Any]:
-        return {**json_form(self), "columns": [c.to_json() for c in self.columns]}
-
 
 @dataclass(frozen=True)
 class TopicAnchor:
@@ -106,14 +105,35 @@ class TopicAnchor:
 
 
 @dataclass(frozen=True)
+class PhraseCount:
+    __pydantic_config__ = OPEN
+
+    text: str
+    dp_count: int
+
+
+@dataclass(frozen=True)
 class PhraseInfo:
-    """The typed part of a DP vocabulary's ``phrases`` block (the rest: its phrases and
-    counts, read by `release.phrases.PhraseVocabulary`)."""
+    """A DP phrase or keyword vocabulary as released (``counts.topics[field].phrases``): its
+    terms, largest noisy count first, and the OpenDP mechanism that released them
+    (`release.phrases.PhraseVocabulary` is its working form)."""
 
     __pydantic_config__ = OPEN
 
-    kind: Literal["phrases", "keywords"] | None = None
+    kind: Literal["phrases", "keywords"]
+    phrases: tuple[PhraseCount, ...]
+    mechanism: str
+    epsilon: NonNegative
+    delta: Probability
+    scale: float
+    threshold: int
+    per_unit: Annotated[int, Field(ge=1)]
     slots: Annotated[int, Field(ge=1)] = 1
+    k: int | None = None  # topics: the phrases and "other"
+    normalisation: str | None = None
+    other: str | None = None  # what the "other" topic holds, in words
+    constructor: str | None = None
+    denylist: dict[str, Any] | None = None  # the reviewer's denylist: SHA-256 and size
 
 
 @dataclass(frozen=True)
@@ -127,14 +147,14 @@ class Topics:
     anchors: tuple[TopicAnchor, ...]
     embedding_model: str | None = None
     texts_considered: Annotated[int, Field(ge=0)] | None = None
-    embeddings: tuple[tuple[float, ...], ...] = ()
+    embeddings: tuple[tuple[float, ...], ...] | None = None  # embedded anchors only
     phrases: PhraseInfo | None = None
-    dp_counts_by_class: tuple[tuple[int | float, ...], ...] = ()  # from the fitted model
+    dp_counts_by_class: tuple[tuple[int | float, ...], ...] | None = None  # model modes
 
     @property
     def by_class(self) -> tuple[tuple[int | float, ...], ...]:
-        """Topic x class counts from the fitted model (model modes)."""
-        return self.dp_counts_by_class
+        """Topic x class counts from the fitted model (model modes; else none)."""
+        return self.dp_counts_by_class or ()
 
     @property
     def kind(self) -> str | None:

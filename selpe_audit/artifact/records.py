@@ -12,11 +12,12 @@ still read by `selpe_audit.artifact.view` alone (written as plain dicts by the r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from functools import cache
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_type_hints
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 T = TypeVar("T")
 
@@ -40,20 +41,41 @@ def adapter(cls: type) -> TypeAdapter[Any]:
     return TypeAdapter(cls)
 
 
+@cache
+def _json_names(cls: type) -> dict[str, str]:
+    """Field name -> JSON key: the field's pydantic alias where it has one ("class")."""
+    hints = get_type_hints(cls, include_extras=True)
+    names = {}
+    for f in fields(cls):
+        alias = next((m.alias for m in getattr(hints[f.name], "__metadata__", ())
+                      if isinstance(m, FieldInfo) and m.alias), None)
+        names[f.name] = alias or f.name
+    return names
+
+
 def _as_json(x: Any) -> Any:
+    if is_dataclass(x) and not isinstance(x, type):
+        return json_form(x)
     if isinstance(x, tuple | list):
         return [_as_json(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _as_json(v) for k, v in x.items()}
     return x
 
 
-def _without_none(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    return {k: _as_json(v) for k, v in items if v is not None}
-
-
 def json_form(record: Any) -> dict[str, Any]:
-    """A record as the artifact stores it: its fields, nested records as objects, tuples as
-    arrays, and no key whose value is None (an optional part the release did not make)."""
-    return asdict(record, dict_factory=_without_none)
+    """A record as the artifact stores it: its fields under their JSON names, nested records
+    as objects, tuples as arrays, and no key whose value is None (an optional part the
+    release did not make). A subclass's own fields (the release's working columns) stay out."""
+    names = _json_names(_record_class(type(record)))
+    return {key: _as_json(v) for name, key in names.items()
+            if (v := getattr(record, name)) is not None}
+
+
+def _record_class(cls: type) -> type:
+    """The record class a value was made from: the first class up its MRO that declares
+    ``__pydantic_config__`` itself (a release-side subclass adds working fields only)."""
+    return next(c for c in cls.__mro__ if "__pydantic_config__" in vars(c))
 
 
 def parse(cls: type[T], raw: Any) -> T | None:
@@ -270,10 +292,137 @@ class SelectionAccounting:
     constructor: str = ""  # the OpenDP constructor that composed the rounds
 
 
+# ----- counts ------------------------------------------------------------------------------
+
+#: a released noisy count: an integer as OpenDP released it (a checked view requires that);
+#: the schema admits any number so that a document with an odd cell still shows in review
+Count = int | float
+
+
 @dataclass(frozen=True)
-class SelectionHeader:
-    """The typed part of ``selection``: its mode, description and accounting (the rounds
-    and each mode's own block are read by `selpe_audit.artifact.view`)."""
+class ClassBalance:
+    __pydantic_config__ = OPEN
+
+    mechanism_id: str
+    classes: tuple[Any, ...]
+    dp_counts: tuple[Count, ...]
+    stddev: Positive | None = None  # model modes: the std of a cell of the model's projection
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Noisy counts of one field per class over its public categories or bins."""
+
+    __pydantic_config__ = OPEN
+
+    mechanism_id: str
+    kind: Literal["categories", "bins"]
+    keys: tuple[Any, ...]
+    dp_counts_by_class: tuple[tuple[Count, ...], ...]
+    edges: tuple[float, ...] | None = None  # bins: the public edges
+    stddev: Positive | None = None  # model modes (None: no measured marginal covers it)
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """A released cohort and its noisy counts per class; ``where`` is a table of rules, or
+    for the catch-all (rows in no other cohort) words."""
+
+    __pydantic_config__ = OPEN
+
+    name: str
+    where: dict[str, tuple[Any, ...]] | str
+    dp_counts_by_class: tuple[Count, ...]
+    post_size: Count | None = None
+
+    @property
+    def is_catch_all(self) -> bool:
+        return not isinstance(self.where, dict)
+
+
+@dataclass(frozen=True)
+class Cohorts:
+    __pydantic_config__ = OPEN
+
+    mechanism_id: str
+    classes: tuple[Any, ...]
+    cohorts: tuple[Cohort, ...]
+
+
+@dataclass(frozen=True)
+class RateOutcome:
+    __pydantic_config__ = OPEN
+
+    field: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class RateCell:
+    __pydantic_config__ = OPEN
+
+    cell: dict[str, Any]  # {field: public value}
+    dp_n_outcome: Count
+    dp_n_other: Count
+    post_n_cell: Count
+    suppressed: bool
+    post_rate: float | None = None  # None when suppressed
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A conditional outcome rate per public cell (post-processing of two noisy counts)."""
+
+    __pydantic_config__ = OPEN
+
+    mechanism_id: str
+    name: str
+    outcome: RateOutcome
+    cells_by: tuple[str, ...]
+    n_min: float
+    cells: tuple[RateCell, ...]
+
+
+#: what a view shows for a document without a readable class balance
+NO_BALANCE = ClassBalance("", (), ())
+
+
+# ----- selection ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SelectedClass:
+    """One class's selections in a round: winners and their contrastive partners."""
+
+    __pydantic_config__ = OPEN
+
+    class_value: Annotated[Any, Field(alias="class")]
+    winners: tuple[dict[str, Any], ...] = ()
+    partners: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class SelectionRound:
+    """One round's public outputs and accounting: epsilon for a pure mode; rho (zCDP) and mu
+    (GDP) = sensitivity / scale for a zCDP mode."""
+
+    __pydantic_config__ = OPEN
+
+    round: int
+    classes: tuple[SelectedClass, ...]
+    epsilon: NonNegative | None = None
+    scale: float | None = None
+    quota: int | None = None
+    pool_size: int | None = None
+    rho: NonNegative | None = None
+    mu: NonNegative | None = None
+    sensitivity: float | None = None
+
+
+@dataclass(frozen=True)
+class SelectionBlock:
+    """``selection``: its mode, what it is, its accounting, kernel and rounds; the other keys
+    are the mode's settings (shown as they are), and each registered mode's own block is
+    added to the schema by `selpe_audit.artifact.document.artifact_json_schema`."""
 
     __pydantic_config__ = OPEN
 
@@ -281,4 +430,5 @@ class SelectionHeader:
     mode: Name | None = None
     mode_description: SelectionDescription | None = None
     accounting: SelectionAccounting | None = None
-
+    kernel: dict[str, Any] | None = None
+    rounds: tuple[SelectionRound, ...] = ()

@@ -1,14 +1,15 @@
-"""The typed, read-only view of a ``release.json``: parsed once, read by review, decode, audits.
+"""The read-only view of a ``release.json``: parsed once, read by review, decode, audits.
 
-Two kinds of reader share it. The review shows a document *before* anyone trusts it and must
-render whatever it holds, so `ReleaseView.parse` never raises: a missing block reads as
-empty, an odd value is kept as it is (released cells are ``Any``), and blocks a later format
-adds stay in ``Counts.extra``. Decode and the audits read a verified document and need it
-well formed: `ReleaseView.checked` (what `VerifiedRelease.view` returns) also checks every
-shape against the embedded schema - class balance, histogram keys, integer counts, cohort
-rules, exemplars - and refuses with a one-line `UserError`. Nothing in the document is
-executed; every value here is a DP output or post-processing of one. Over 400 lines: one
-frozen dataclass per block of the document, each with its tolerant and its checked parser.
+Its blocks are the artifact's records (`selpe_audit.artifact.records`, `model_block`): the
+same classes the release wrote them from and the JSON Schema is generated from. Two kinds of
+reader share the view. The review shows a document *before* anyone trusts it (after the
+schema check), so `ReleaseView.parse` never raises: a part that is not its record reads as
+empty, and blocks a later format adds stay in ``Counts.extra``. Decode and the audits read
+a verified document and need it well formed: `ReleaseView.checked` (what
+`VerifiedRelease.view` returns) reads every part strictly and checks it against the
+embedded schema - class balance, histogram keys, integer counts, cohort rules, exemplars -
+and refuses with a one-line `UserError`. Nothing in the document is executed; every value
+here is a DP output or post-processing of one.
 """
 
 from __future__ import annotations
@@ -28,7 +29,20 @@ from selpe_audit.artifact.model_block import (
     parse_topics,
     positive,
 )
-from selpe_audit.artifact.records import NO_GUARANTEES, NO_LEDGER, Guarantees, Ledger, parse
+from selpe_audit.artifact.records import (
+    NO_BALANCE,
+    NO_GUARANTEES,
+    NO_LEDGER,
+    ClassBalance,
+    Cohorts,
+    Guarantees,
+    Histogram,
+    Ledger,
+    Rate,
+    SelectionRound,
+    adapter,
+    parse,
+)
 from selpe_audit.errors import UserError
 from selpe_audit.schema import CohortRule, Schema, parse_schema
 
@@ -51,85 +65,7 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
-def _str(x: Any) -> str | None:
-    return x if isinstance(x, str) else None
-
-
 # ----- counts ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ClassBalance:
-    mechanism_id: str | None
-    classes: tuple[Any, ...]
-    dp_counts: tuple[Any, ...]
-    stddev: Any = None  # model modes: the std of a cell of the model's projection
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """Noisy counts of one field per class over its public categories or bins."""
-
-    field: str
-    mechanism_id: str | None
-    kind: str | None  # "categories" or "bins"
-    keys: tuple[Any, ...]
-    edges: tuple[Any, ...] | None
-    dp_counts_by_class: tuple[tuple[Any, ...], ...]
-    stddev: Any = None  # model modes: the std of a cell (None: no measured marginal covers it)
-
-
-@dataclass(frozen=True)
-class Cohort:
-    """A released cohort and its noisy counts per class; ``rule`` is None for the catch-all
-    (rows in no other cohort) and, in a document read unchecked, for any rule."""
-
-    name: Any
-    where: Any  # as stored: a table of rules, or the catch-all's words
-    dp_counts_by_class: tuple[Any, ...]
-    post_size: Any
-    rule: CohortRule | None = None
-
-    @property
-    def is_catch_all(self) -> bool:
-        return not isinstance(self.where, dict)
-
-
-@dataclass(frozen=True)
-class Cohorts:
-    mechanism_id: str | None
-    classes: tuple[Any, ...]
-    cohorts: tuple[Cohort, ...]
-
-    def index_of(self, record: Mapping[str, Any]) -> int:
-        """The cohort that holds ``record``: the first rule it meets, else the catch-all."""
-        for i, c in enumerate(self.cohorts):
-            if c.rule is not None and c.rule.contains(record):
-                return i
-        return next(i for i, c in enumerate(self.cohorts) if c.is_catch_all)
-
-
-@dataclass(frozen=True)
-class RateCell:
-    cell: Any  # {field: public value}
-    dp_n_outcome: Any
-    dp_n_other: Any
-    post_n_cell: Any
-    post_rate: Any  # None when suppressed
-    suppressed: Any
-
-
-@dataclass(frozen=True)
-class Rate:
-    """A conditional outcome rate per public cell (post-processing of two noisy counts)."""
-
-    mechanism_id: str | None
-    name: Any
-    outcome_field: Any
-    outcome_values: Any
-    cells_by: Any
-    n_min: Any
-    cells: tuple[RateCell, ...]
-
 
 @dataclass(frozen=True)
 class CountSeries:
@@ -143,6 +79,9 @@ class CountSeries:
 
 @dataclass(frozen=True)
 class Counts:
+    """The ``counts`` block as its records (`selpe_audit.artifact.records`), plus the blocks
+    this version does not know (``extra``, shown as they are)."""
+
     signed: Any
     class_balance: ClassBalance
     histograms: Mapping[str, Histogram]  # in the document's order
@@ -152,6 +91,18 @@ class Counts:
     mode: Any = None  # the counts mode's name ("marginals" when absent)
     model: CountsModel | None = None  # model modes: every noisy marginal, to refit the model
     topics: Mapping[str, Topics] = field(default_factory=dict)  # free-text topic codebooks
+    #: a checked view's rule per cohort (None: the catch-all)
+    cohort_rules: tuple[CohortRule | None, ...] = ()
+
+    def cohort_of(self, record: Mapping[str, Any]) -> int:
+        """The cohort that holds ``record``: the first rule it meets, else the catch-all
+        (a checked view's cohorts only)."""
+        if self.cohorts is None or len(self.cohort_rules) != len(self.cohorts.cohorts):
+            raise RuntimeError("cohort_of needs a checked view with released cohorts")
+        for i, rule in enumerate(self.cohort_rules):
+            if rule is not None and rule.contains(record):
+                return i
+        return self.cohort_rules.index(None)
 
     @property
     def description(self) -> dict[str, Any]:
@@ -213,41 +164,16 @@ def cell_label(cell: Any) -> str:
     return str(cell)
 
 
-def _tuple(x: Any) -> tuple[Any, ...]:
-    return tuple(as_list(x))
-
-
 def counts_view(raw: Any) -> Counts:
-    """The ``counts`` block alone, read tolerantly (the release reads its own block)."""
+    """The ``counts`` block alone, read tolerantly (the release reads its own block): each
+    part as its record, or empty where it is not one."""
     counts = as_dict(raw)
-    cb = as_dict(counts.get("class_balance"))
-    balance = ClassBalance(_str(cb.get("mechanism_id")), _tuple(cb.get("classes")),
-                           _tuple(cb.get("dp_counts")), cb.get("stddev"))
-    hists = {}
-    for name, h in as_dict(counts.get("histograms")).items():
-        h = as_dict(h)
-        edges = h.get("edges")
-        hists[name] = Histogram(name, _str(h.get("mechanism_id")), _str(h.get("kind")),
-                                _tuple(h.get("keys")),
-                                tuple(edges) if isinstance(edges, list) else None,
-                                tuple(_tuple(r) for r in as_list(h.get("dp_counts_by_class"))),
-                                h.get("stddev"))
-    cohorts = None
-    if "cohorts" in counts:
-        co = as_dict(counts["cohorts"])
-        cohorts = Cohorts(_str(co.get("mechanism_id")), _tuple(co.get("classes")), tuple(
-            Cohort(c.get("name"), c.get("where"), _tuple(c.get("dp_counts_by_class")),
-                   c.get("post_size"))
-            for c in map(as_dict, as_list(co.get("cohorts")))))
-    rates = []
-    for r in map(as_dict, as_list(counts.get("rates"))):
-        out = as_dict(r.get("outcome"))
-        rates.append(Rate(_str(r.get("mechanism_id")), r.get("name"), out.get("field"),
-                          out.get("values"), r.get("cells_by"), r.get("n_min"), tuple(
-            RateCell(c.get("cell"), c.get("dp_n_outcome"), c.get("dp_n_other"),
-                     c.get("post_n_cell"), c.get("post_rate"), c.get("suppressed"))
-            for c in map(as_dict, as_list(r.get("cells"))))))
-    return Counts(counts.get("signed"), balance, hists, cohorts, tuple(rates),
+    hists = {name: h for name, v in as_dict(counts.get("histograms")).items()
+             if (h := parse(Histogram, v)) is not None}
+    rates = parse(tuple[Rate, ...], counts.get("rates")) or ()
+    return Counts(counts.get("signed"),
+                  parse(ClassBalance, counts.get("class_balance")) or NO_BALANCE, hists,
+                  parse(Cohorts, counts.get("cohorts")), rates,
                   {k: v for k, v in counts.items() if k not in KNOWN_COUNTS},
                   counts.get("mode"), parse_model(counts.get("model")),
                   parse_topics(counts.get("topics")))
@@ -259,27 +185,11 @@ def counts_view(raw: Any) -> Counts:
 class Exemplar:
     """One selected synthetic record and where it was selected."""
 
-    round: Any
+    round: int
     class_value: Any
     role: str  # "winner" or "partner" (its contrastive example)
     index: int
     record: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class SelectedClass:
-    class_value: Any
-    winners: tuple[Any, ...]
-    partners: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class SelectionRound:
-    round: Any
-    epsilon: Any
-    rho: Any  # Gaussian modes: the round's rho-zCDP and mu
-    mu: Any
-    classes: tuple[SelectedClass, ...]
 
 
 @dataclass(frozen=True)
@@ -296,19 +206,19 @@ class Selection:
         return as_dict(self.config.get("mode_description"))
 
     def exemplars(self) -> Iterator[Exemplar]:
-        """Every selected record in document order (non-records read as empty ones)."""
+        """Every selected record in document order."""
         for r in self.rounds:
             for c in r.classes:
                 for role, recs in (("winner", c.winners), ("partner", c.partners)):
                     for i, rec in enumerate(recs):
-                        yield Exemplar(r.round, c.class_value, role, i, as_dict(rec))
+                        yield Exemplar(r.round, c.class_value, role, i, rec)
 
     def latest_first(self, role: str) -> dict[Any, list[dict[str, Any]]]:
         """Per class, the records in ``role`` (winner or partner), latest round first; a record
         already listed (in either role) is not listed again."""
         seen: set[str] = set()
         out: dict[Any, list[dict[str, Any]]] = {}
-        for r in sorted(self.rounds, key=lambda r: -int(r.round)):
+        for r in sorted(self.rounds, key=lambda r: -r.round):
             for c in r.classes:
                 for kind, recs in (("winner", c.winners), ("partner", c.partners)):
                     for rec in recs:
@@ -323,15 +233,10 @@ class Selection:
 def _selection(raw: Any) -> Selection | None:
     if not isinstance(raw, dict):
         return None
-    rounds = []
-    for r in map(as_dict, as_list(raw.get("rounds"))):
-        rounds.append(SelectionRound(r.get("round"), r.get("epsilon"), r.get("rho"), r.get("mu"),
-                                     tuple(SelectedClass(c.get("class"), _tuple(c.get("winners")),
-                                                         _tuple(c.get("partners")))
-                                           for c in map(as_dict, as_list(r.get("classes"))))))
     kernel = raw.get("kernel")
     return Selection(raw.get("mode"), {k: v for k, v in raw.items() if k != "rounds"},
-                     kernel if isinstance(kernel, dict) else None, tuple(rounds))
+                     kernel if isinstance(kernel, dict) else None,
+                     parse(tuple[SelectionRound, ...], raw.get("rounds")) or ())
 
 
 # ----- the whole document ----------------------------------------------------------------
@@ -373,6 +278,7 @@ class ReleaseView:
             raise UserError("release.json: schema_sha256 does not match the embedded schema")
         view = cls.parse(doc)
         try:
+            _check_parts(doc)
             counts = _check_counts(view.counts, schema)
             _check_selection(view.selection, schema)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
@@ -391,11 +297,12 @@ class ReleaseView:
     def field_order(self) -> list[str]:
         return [str(f) for f in as_list(self.schema_json.get("x-field-order"))]
 
-    def histograms_in_field_order(self) -> list[Histogram]:
-        """The histograms in the schema's field order (then any the schema does not name)."""
+    def histograms_in_field_order(self) -> list[tuple[str, Histogram]]:
+        """(field, histogram) in the schema's field order (then any the schema does not
+        name)."""
         hists = self.counts.histograms
         order = [f for f in self.field_order if f in hists]
-        return [hists[k] for k in [*order, *(k for k in hists if k not in order)]]
+        return [(k, hists[k]) for k in [*order, *(k for k in hists if k not in order)]]
 
     def count_floor(self, default: int) -> int:
         """The floor n_min under which a noisy count is flagged (budget.counts.n_min)."""
@@ -427,15 +334,30 @@ def _check_counts(counts: Counts, schema: Schema) -> Counts:
         _stddev(h.stddev)
     if counts.cohorts is None or not counts.cohorts.cohorts:
         return replace(counts, cohorts=None)
-    cohorts = []
+    rules = []
     for c in counts.cohorts.cohorts:
         _ints(c.dp_counts_by_class, len(classes))
-        rule = None if c.is_catch_all else CohortRule.parse(schema, c.where)
-        cohorts.append(Cohort(c.name, c.where, c.dp_counts_by_class, c.post_size, rule))
-    if sum(c.is_catch_all for c in cohorts) != 1:
+        rules.append(None if c.is_catch_all else CohortRule.parse(schema, c.where))
+    if rules.count(None) != 1:
         raise ValueError("cohorts need exactly one catch-all cohort")
-    return replace(counts, cohorts=Cohorts(counts.cohorts.mechanism_id, counts.cohorts.classes,
-                                           tuple(cohorts)))
+    return replace(counts, cohort_rules=tuple(rules))
+
+
+#: the typed parts of a document a checked view reads, each strictly as its record
+_STRICT_PARTS: tuple[tuple[tuple[str, str], Any], ...] = (
+    (("counts", "class_balance"), ClassBalance), (("counts", "histograms"), dict[str, Histogram]),
+    (("counts", "cohorts"), Cohorts), (("counts", "rates"), tuple[Rate, ...]),
+    (("counts", "model"), CountsModel), (("counts", "topics"), dict[str, Topics]),
+    (("selection", "rounds"), tuple[SelectionRound, ...]))
+
+
+def _check_parts(doc: Mapping[str, Any]) -> None:
+    """Every typed part the document holds is its record (the tolerant parse would read a
+    malformed one as absent); a pydantic ValidationError is a ValueError."""
+    for (block, part), cls in _STRICT_PARTS:
+        raw = as_dict(doc.get(block))
+        if part in raw:
+            adapter(cls).validate_python(raw[part])
 
 
 def _stddev(x: Any) -> None:
@@ -465,7 +387,6 @@ def _check_selection(selection: Selection | None, schema: Schema) -> None:
         raise ValueError("the selection block states no kernel")
     validator = schema.record_validator()
     for r in selection.rounds:
-        int(r.round)
         for c in r.classes:
             for rec in (*c.winners, *c.partners):
                 if not validator.is_valid(rec) or rec[schema.label] != c.class_value:

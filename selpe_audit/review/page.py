@@ -22,15 +22,8 @@ from selpe_audit.artifact.document import read_release_unverified
 from selpe_audit.artifact.guarantees import protects
 from selpe_audit.artifact.model_block import DP_VOCABULARY, CountsModel, ModelMarginal
 from selpe_audit.artifact.modes import find_mode
-from selpe_audit.artifact.records import LedgerEntry
-from selpe_audit.artifact.view import (
-    Cohorts,
-    Rate,
-    ReleaseView,
-    SelectionRound,
-    as_dict,
-    cell_label,
-)
+from selpe_audit.artifact.records import Cohorts, LedgerEntry, Rate, SelectionRound
+from selpe_audit.artifact.view import ReleaseView, as_dict, cell_label
 from selpe_audit.errors import UserError
 from selpe_audit.review.charts import Cell, Chart, Column, count_cell
 from selpe_audit.review.charts import escape_text as _e
@@ -271,13 +264,13 @@ def _counts(view: ReleaseView) -> str:
     hists = view.histograms_in_field_order()
     if hists:
         parts.append("<h3>Class-conditional histograms</h3>")
-    for h in hists:
+    for name, h in hists:
         cols = list(zip(heads, h.dp_counts_by_class, strict=False))
         sub = (f"{_e(h.kind or '')}; edges {_e(_json(list(h.edges)))}" if h.edges is not None
                else f"{_e(h.kind or '')}")
-        parts.append(f'<div class="hist"><h4><span class="mono">{_e(h.field)}</span> '
+        parts.append(f'<div class="hist"><h4><span class="mono">{_e(name)}</span> '
                      f'<span class="muted small">{sub} · {_e(h.mechanism_id)}</span></h4>'
-                     + _count_chart(view, f"histogram {h.field}", [str(k) for k in h.keys],
+                     + _count_chart(view, f"histogram {name}", [str(k) for k in h.keys],
                                     h.mechanism_id, cols)
                      + "</div>")
     if counts.cohorts is not None:
@@ -334,6 +327,7 @@ def _topics(view: ReleaseView) -> str:
     """Per free-text field, its public topic codebook: topic j of the model is anchor j."""
     parts = []
     for name, tp in view.counts.topics.items():
+        emb = tp.embeddings or ()
         rows = ([_e(j), _flagged(a.text), _e(len(a.members)),
                  f"<details><summary>{len(a.members)} member texts</summary><ul>"
                  + "".join(f"<li>{_flagged(t)}</li>" for t in a.members) + "</ul></details>"]
@@ -349,8 +343,8 @@ def _topics(view: ReleaseView) -> str:
                           if isinstance(tp.slots, int) and tp.slots > 1 else ""))]
                      if tp.source == DP_VOCABULARY else []))
             + _table(["topic", "anchor text (public)", "members", "member texts (public)"], rows)
-            + f"<details><summary>{len(tp.embeddings)} anchor embeddings (public vectors of "
-            f"the anchor texts)</summary><pre>{_e(_json(list(tp.embeddings)))}</pre></details>")
+            + f"<details><summary>{len(emb)} anchor embeddings (public vectors of the anchor "
+            f"texts)</summary><pre>{_e(_json(list(emb)))}</pre></details>")
     if not parts:
         return ""
     return _section("topics", "Topics (public codebooks of the free-text fields)",
@@ -395,8 +389,8 @@ def _rate(view: ReleaseView, r: Rate) -> str:
         Column("noisy other", [count_cell(c.dp_n_other, floor, scale) for c in r.cells]),
     ])
     return (f"<h3>Conditional rate: {_e(r.name)}</h3>"
-            f'<p class="muted">Outcome {_e(r.outcome_field)} in '
-            f"{_e(_json(r.outcome_values))}, by {_e(_json(r.cells_by))}; "
+            f'<p class="muted">Outcome {_e(r.outcome.field)} in '
+            f"{_e(_json(list(r.outcome.values)))}, by {_e(_json(list(r.cells_by)))}; "
             f"rate = noisy outcome / (noisy outcome + noisy other), suppressed when the noisy "
             f"cell size is under n_min = {_e(fmt_value(r.n_min))} · "
             f"{_e(r.mechanism_id)}</p>"

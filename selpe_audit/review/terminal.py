@@ -28,6 +28,7 @@ from rich.text import Text
 from selpe_audit.artifact.document import RELEASE_FILE, read_release_unverified
 from selpe_audit.artifact.guarantees import protects
 from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
+from selpe_audit.artifact.records import Rate
 from selpe_audit.artifact.signing import (
     key_id,
     load_private_key,
@@ -35,7 +36,7 @@ from selpe_audit.artifact.signing import (
     sign_file,
     verify_bytes,
 )
-from selpe_audit.artifact.view import Rate, ReleaseView, as_dict, cell_label
+from selpe_audit.artifact.view import ReleaseView, as_dict, cell_label
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 from selpe_audit.review.page import REVIEW_FILE, write_review_html
@@ -180,9 +181,9 @@ def _counts(view: ReleaseView) -> list[Any]:
     cb = counts.class_balance
     out.append(_count_table(view, "class balance", ["noisy count"], cb.mechanism_id,
                             [(h, [v]) for h, v in zip(heads, cb.dp_counts, strict=False)]))
-    for h in view.histograms_in_field_order():
+    for name, h in view.histograms_in_field_order():
         out.append(_count_table(
-            view, f"histogram {h.field} ({h.kind}) · {h.mechanism_id}",
+            view, f"histogram {name} ({h.kind}) · {h.mechanism_id}",
             [str(k) for k in h.keys], h.mechanism_id,
             list(zip(heads, h.dp_counts_by_class, strict=False))))
     co = counts.cohorts
@@ -243,7 +244,7 @@ def _topics(view: ReleaseView) -> list[Any]:
         out.append(Text("topics of ", "bold") + _t(
             f"{name}: k {fmt_value(tp.k)} · source {fmt_value(tp.source)} · embedding model "
             f"{fmt_value(tp.embedding_model)} · texts considered "
-            f"{fmt_value(tp.texts_considered)} · {len(tp.embeddings)} anchor embeddings and "
+            f"{fmt_value(tp.texts_considered)} · {len(tp.embeddings or ())} anchor embeddings and "
             "the member texts in review.html"))
         t = Table()
         for col in ("topic", "anchor text (public)", "members"):
@@ -261,7 +262,7 @@ def _at(xs: Sequence[Any], i: int) -> Any:
 def _rate_table(view: ReleaseView, r: Rate) -> Table:
     floor = count_floor(view)
     scale = view.ledger.scales().get(r.mechanism_id) if r.mechanism_id else None
-    t = Table(title=_t(f"rate {r.name}: {r.outcome_field} in {_json(r.outcome_values)} · "
+    t = Table(title=_t(f"rate {r.name}: {r.outcome.field} in {_json(list(r.outcome.values))} · "
                        f"{r.mechanism_id} · suppressed under n_min = {fmt_value(r.n_min)}"),
               title_justify="left")
     for col in ("cell", "rate", "noisy outcome", "noisy other", "noisy cell size"):
