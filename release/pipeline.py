@@ -382,7 +382,7 @@ def selection_section(cfg: ReleaseConfig, kernel: Kernel, source: CandidateSourc
     }
     block = mode.artifact_block(sel)
     if block is not None and mode.descriptor.block_key is not None:
-        out[mode.descriptor.block_key] = block
+        out[mode.descriptor.block_key] = json_form(block)
     return out
 
 

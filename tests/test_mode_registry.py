@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from release.selection.types import Pools, RoundOutput, SelectionRun
 from selpe_audit.artifact import document, modes
 from selpe_audit.artifact.document import check_release_document, read_release
 from selpe_audit.artifact.modes import ModeDescriptor, mode_names
-from selpe_audit.artifact.records import LedgerEntry
+from selpe_audit.artifact.records import OPEN, LedgerEntry
 from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
@@ -31,12 +32,21 @@ from selpe_audit.review.page import render_review_html
 from selpe_audit.schema import Schema, demo_schema_path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class ToyBlock:
+    """The toy mode's own block in ``selection``: a record, as the recipe says."""
+
+    __pydantic_config__ = OPEN
+
+    rule: str
+
+
 TOY = ModeDescriptor(
     name="toy-first", accounting="pure", help="the first candidates, a data-blind toy",
     review="a data-blind toy rule (toy-first)", mechanism="toy: first candidates, no noise",
-    block_key="toy_first",
-    block_schema={"type": "object", "required": ["rule"],
-                  "properties": {"rule": {"type": "string"}}})
+    block_key="toy_first", block=ToyBlock)
 
 
 class ToyFirst:
@@ -60,8 +70,8 @@ class ToyFirst:
                             r.scale, float(r.epsilon or 0.0), 0.0, f"round {r.round}",
                             "sequential across rounds") for r in run.rounds]
 
-    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
-        return {"rule": "the first quota candidates of each class"}
+    def artifact_block(self, cfg: SelectionConfig) -> ToyBlock:
+        return ToyBlock("the first quota candidates of each class")
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ class GaussianVotesMode:
                    t: int) -> GaussianStatistics:
         raise NotImplementedError
 
-    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
+    def artifact_block(self, cfg: SelectionConfig) -> Any | None:
         raise NotImplementedError
 
     def private_rows(self, priv_rows: pl.DataFrame, schema: Schema,

@@ -25,7 +25,7 @@ from release.selection.gaussian import (
 )
 from release.selection.registry import register
 from release.selection.types import Pools, PrivateClasses
-from selpe_audit.artifact.modes import PE_HISTOGRAM, ModeDescriptor
+from selpe_audit.artifact.modes import PE_HISTOGRAM, ModeDescriptor, PeHistogramBlock
 from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 
 SENSITIVITY = 1.0  # L2: a unit's row weights sum to 1 and each row votes once
@@ -72,12 +72,13 @@ class PeHistogramMode(GaussianVotesMode):
             SENSITIVITY, lambda p: vote_vector(p, kernel, pools),
             lambda noisy, scale: rankings(noisy, pools, cfg.settings.threshold * scale))
 
-    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
-        return {"threshold_noise_scales": cfg.settings.threshold,
-                "votes": "each private row votes for its nearest candidate (kernel distance) "
-                         "with weight 1 / (its privacy unit's rows): L2 sensitivity 1",
-                "survivors": "candidates with noisy votes above threshold x scale, most votes "
-                             "first, up to the quota (at least the top one)"}
+    def artifact_block(self, cfg: SelectionConfig) -> PeHistogramBlock:
+        return PeHistogramBlock(
+            cfg.settings.threshold,
+            "each private row votes for its nearest candidate (kernel distance) with weight "
+            "1 / (its privacy unit's rows): L2 sensitivity 1",
+            "candidates with noisy votes above threshold x scale, most votes first, up to the "
+            "quota (at least the top one)")
 
 
 MODE = register(PeHistogramMode())

@@ -53,8 +53,9 @@ class SelectionMode(Protocol):
         """One entry per round (a zCDP conversion entry is the accounting's)."""
         ...
 
-    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
-        """The mode's own block in ``selection`` (under ``descriptor.block_key``)."""
+    def artifact_block(self, cfg: SelectionConfig) -> Any | None:
+        """The mode's own block in ``selection`` (under ``descriptor.block_key``): a record
+        of the descriptor's ``block`` class, or None."""
         ...
 
 

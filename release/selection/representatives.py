@@ -42,7 +42,7 @@ from release.selection.gaussian import (
 )
 from release.selection.registry import register
 from release.selection.types import Pools, PrivateClasses
-from selpe_audit.artifact.modes import REPRESENTATIVES, ModeDescriptor
+from selpe_audit.artifact.modes import REPRESENTATIVES, ModeDescriptor, RepresentativesBlock
 from selpe_audit.kernel.distance import Features, Kernel, NumericScale
 
 _NORM_FLOOR = 1e-12
@@ -194,13 +194,13 @@ class RepresentativesMode(GaussianVotesMode):
             lambda p: stats_vector(p, kernel, pools, skeletons, own.radius),
             lambda noisy, _scale: rankings(noisy, kernel, pools, skeletons))
 
-    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
+    def artifact_block(self, cfg: SelectionConfig) -> RepresentativesBlock:
         own = cfg.settings
-        return {"anchors": own.anchors or "the round's quota", "radius": own.radius,
-                "dims": own.dims,
-                "skeleton": "k-means anchors and a PCA basis of the round's candidates (public)",
-                "votes": "noisy center = anchor + basis (noisy offset sum / max(noisy count, "
-                         "1)); each votes for its nearest candidate with its noisy count"}
+        return RepresentativesBlock(
+            own.anchors or "the round's quota", own.radius, own.dims,
+            "k-means anchors and a PCA basis of the round's candidates (public)",
+            "noisy center = anchor + basis (noisy offset sum / max(noisy count, 1)); each "
+            "votes for its nearest candidate with its noisy count")
 
 
 MODE = register(RepresentativesMode())

@@ -192,7 +192,7 @@ class SelpeMode:
             "parallel across batches and classes; sequential across rounds (OpenDP adaptive "
             "composition)") for r in run.rounds]
 
-    def artifact_block(self, cfg: SelectionConfig) -> dict[str, Any] | None:
+    def artifact_block(self, cfg: SelectionConfig) -> Any | None:
         return None
 
 

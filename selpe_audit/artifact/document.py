@@ -107,8 +107,10 @@ def artifact_json_schema() -> dict[str, Any]:
     schema = copy.deepcopy(schema_of(ReleaseDocument))
     selection = schema["$defs"]["SelectionBlock"]["properties"]
     for d in modes.modes():
-        if d.block_key is not None:
-            selection[d.block_key] = dict(d.block_schema)
+        if d.block_key is not None and d.block is not None:
+            own = copy.deepcopy(schema_of(d.block))
+            schema["$defs"].update(own.pop("$defs", {}))
+            selection[d.block_key] = own
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             **schema, "title": f"selpe-audit release.json, format version {FORMAT_VERSION}"}
 

@@ -11,9 +11,12 @@ and a new mode registers its own descriptor through ``release.selection.registry
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
+
+from pydantic import Field
+
+from selpe_audit.artifact.records import OPEN, NonNegative, Positive
 
 Accounting = Literal["pure", "zCDP"]
 
@@ -81,7 +84,8 @@ class ModeDescriptor:
     ``accounting``: ``pure`` (epsilon-DP rounds) or ``zCDP`` (rho-zCDP rounds that OpenDP
     converts to (epsilon, delta); such a mode needs a delta). ``help``: the --help words;
     ``review``: how the review page says winners were chosen; ``mechanism``: a round's
-    ledger entry; ``block_key``/``block_schema``: the mode's own block in ``selection``;
+    ledger entry; ``block_key``/``block``: the mode's own block in ``selection`` and its
+    record class (`selpe_audit.artifact.records`: the schema is generated from it);
     ``person_bounding``: how a round bounds one person's rows (the artifact's
     ``privacy_unit.bounding.selection`` under unit = "person"); ``settings``: the frozen
     dataclass of the mode's own settings (``[selection.<name>]``; a field with ``help`` in
@@ -94,7 +98,7 @@ class ModeDescriptor:
     review: str
     mechanism: str
     block_key: str | None = None
-    block_schema: Mapping[str, Any] = field(default_factory=dict)
+    block: type | None = None  # a record: a frozen dataclass, __pydantic_config__ = OPEN
     person_bounding: str = "all of a person's rows; the round's sensitivity bounds them"
     settings: type = NoSettings
 
@@ -158,7 +162,32 @@ def or_list(names: list[str] | tuple[str, ...]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-_TEXT = {"type": "string"}
+@dataclass(frozen=True)
+class PeHistogramBlock:
+    """``selection.pe_histogram``: the threshold and, in words, how votes and survivors
+    are made."""
+
+    __pydantic_config__ = OPEN
+
+    threshold_noise_scales: NonNegative
+    votes: str
+    survivors: str
+
+
+@dataclass(frozen=True)
+class RepresentativesBlock:
+    """``selection.representatives``: its settings and, in words, the public skeleton and
+    how noisy centers vote."""
+
+    __pydantic_config__ = OPEN
+
+    anchors: int | str  # a number, or "the round's quota"
+    radius: Positive
+    dims: Annotated[int, Field(ge=0)]
+    skeleton: str
+    votes: str
+
+
 
 SELPE = register_mode(ModeDescriptor(
     name="selpe", accounting="pure",
@@ -178,11 +207,7 @@ PE_HISTOGRAM = register_mode(ModeDescriptor(
     person_bounding="all of a person's rows, each voting with weight 1 / (the person's rows), "
                     "so one person's votes sum to 1 (L2 sensitivity 1); bounded by the 1/rows "
                     "weights, not by max_contributions",
-    block_key="pe_histogram",
-    block_schema={"type": "object",
-                  "required": ["threshold_noise_scales", "votes", "survivors"],
-                  "properties": {"threshold_noise_scales": {"type": "number", "minimum": 0},
-                                 "votes": _TEXT, "survivors": _TEXT}},
+    block_key="pe_histogram", block=PeHistogramBlock,
     settings=PeHistogramSettings))
 REPRESENTATIVES = register_mode(ModeDescriptor(
     name="representatives", accounting="zCDP",
@@ -193,11 +218,5 @@ REPRESENTATIVES = register_mode(ModeDescriptor(
     person_bounding="all of a person's rows, each weighted 1 / (the person's rows) in the "
                     "anchor counts and clipped offset sums (L2 sensitivity sqrt(1 + R^2)); "
                     "bounded by the 1/rows weights, not by max_contributions",
-    block_key="representatives",
-    block_schema={"type": "object",
-                  "required": ["anchors", "radius", "dims", "skeleton", "votes"],
-                  "properties": {"anchors": {"type": ["integer", "string"]},
-                                 "radius": {"type": "number", "exclusiveMinimum": 0},
-                                 "dims": {"type": "integer", "minimum": 0},
-                                 "skeleton": _TEXT, "votes": _TEXT}},
+    block_key="representatives", block=RepresentativesBlock,
     settings=RepresentativesSettings))
