@@ -122,6 +122,11 @@ def _scale(quick: bool, huge: bool = False) -> dict[str, Any]:
     return scale.run(quick, huge=huge)
 
 
+def _artifact_read(quick: bool) -> dict[str, Any]:
+    from benchmarks import artifact_read
+    return artifact_read.run(quick=quick)
+
+
 def _counts_modes(quick: bool) -> dict[str, Any]:
     from benchmarks import counts_modes
     return counts_modes.run(quick)
@@ -147,6 +152,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "audits": ("python -m benchmarks.audits", _audits),
     "images": ("python -m benchmarks.images", _images),
     "audit_report": ("python -m benchmarks.audit_report", _audit_report),
+    "artifact_read": ("python -m benchmarks.artifact_read", _artifact_read),
 }
 
 

@@ -154,8 +154,9 @@ class Schema:
     def record_check(self) -> Callable[[Any], bool]:
         """``record_validator().is_valid``, about 7x faster: fastjsonschema compiles the same
         record schema (its keywords mean the same in its draft 7) to Python, for the decode's
-        millions of records; `tests/test_schema.py` checks the two agree on edge values."""
-        validate = fastjsonschema.compile(self.record_json_schema())
+        millions of records; `tests/test_schema.py` checks the two agree on edge values.
+        A check only: ``use_default=False`` (a schema refuses ``default`` today anyway)."""
+        validate = fastjsonschema.compile(self.record_json_schema(), use_default=False)
 
         def is_valid(record: Any) -> bool:
             try:

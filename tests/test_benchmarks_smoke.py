@@ -75,15 +75,19 @@ def test_generation_benchmark_quick(tmp_path):
 
 
 @pytest.mark.slow
-def test_builds_and_database_benchmarks_quick(tmp_path):
-    """The llama.cpp builds (the installed one, quick) and the PostgreSQL read, via the runner."""
-    out = _run_runner(tmp_path, "llama_builds,database")
+def test_builds_database_and_artifact_benchmarks_quick(tmp_path):
+    """The llama.cpp builds (the installed one, quick), the PostgreSQL read and the artifact
+    read, via the runner."""
+    out = _run_runner(tmp_path, "llama_builds,database,artifact_read")
     entries = json.loads(out.with_suffix(".json").read_text())
     builds = entries["llama_builds"]["result"]["builds"]
     assert builds["installed"]["unconstrained_tokens_per_s"] > 0
     db = entries["database"]["result"]
     if "skipped" not in db:
         assert db["rows"] == 2_000 and db["ratio"] > 0
+    art = entries["artifact_read"]["result"]
+    assert art["repeats"] == 10 and all(v > 0 for v in art["ms"].values())
+    assert "## artifact_read" in out.read_text()
 
 
 def _sane(row: dict) -> None:

@@ -145,3 +145,4 @@ def test_fast_record_check_agrees_with_jsonschema_on_edge_values(demo_schema):
     extra = dict(base, extra_field=1)
     assert not validator.is_valid(extra) and not is_valid(extra)
     assert checked > 200 and disagree == 0
+

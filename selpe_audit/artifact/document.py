@@ -11,12 +11,14 @@ from __future__ import annotations
 import copy
 import json
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
@@ -115,14 +117,25 @@ def artifact_json_schema() -> dict[str, Any]:
             **schema, "title": f"selpe-audit release.json, format version {FORMAT_VERSION}"}
 
 
-_VALIDATORS: dict[tuple[str, ...], Draft202012Validator] = {}
+@dataclass(frozen=True)
+class _Validators:
+    """The artifact schema compiled twice: fastjsonschema's generated code accepts a good
+    document ~40x faster; jsonschema's best match names the field when it does not."""
+
+    fast: Callable[[Any], Any]
+    precise: Draft202012Validator
 
 
-def _validator() -> Draft202012Validator:
-    """One validator per set of registered modes (built once, rebuilt if a mode is added)."""
+_VALIDATORS: dict[tuple[str, ...], _Validators] = {}
+
+
+def schema_validators() -> _Validators:
+    """One pair per set of registered modes (built once, rebuilt if a mode is added)."""
     names = modes.mode_names()
     if names not in _VALIDATORS:
-        _VALIDATORS[names] = Draft202012Validator(artifact_json_schema())
+        schema = artifact_json_schema()
+        _VALIDATORS[names] = _Validators(fastjsonschema.compile(schema, use_default=False),
+                                         Draft202012Validator(schema))
     return _VALIDATORS[names]
 
 
@@ -146,11 +159,17 @@ def check_release_document(doc: Any, source: str = RELEASE_FILE) -> None:
     if version != FORMAT_VERSION:
         raise UserError(f"{source}: unknown format version {version!r}; this tool reads version "
                         f"{FORMAT_VERSION} - use a matching selpe-audit release")
+    validators = schema_validators()
+    try:
+        validators.fast(doc)
+        return
+    except fastjsonschema.JsonSchemaException:
+        pass
     # best_match descends into a nullable block's anyOf, to name the field that fails
-    err = best_match(_validator().iter_errors(doc))
-    if err is not None:
-        where = "/".join(str(x) for x in err.absolute_path) or "top level"
-        raise UserError(f"{source}: malformed at {where} ({err.validator} check failed)")
+    err = best_match(validators.precise.iter_errors(doc))
+    where = "/".join(str(x) for x in err.absolute_path) or "top level" if err else "somewhere"
+    raise UserError(f"{source}: malformed at {where} "
+                    f"({err.validator if err else 'schema'} check failed)")
 
 
 def write_release(out_dir: str | Path, doc: dict[str, Any], release_key: str | Path) -> Path:
