@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from release.config import ReleaseConfig
+from release.config import DEFAULT_EPSILON, CountsConfig
 from release.counts.keys import derive_frame
 from release.counts.marginals import plan_queries
 from release.dp import enable as enable_opendp
@@ -37,20 +37,17 @@ from selpe_audit.schema import demo_schema_path, load_schema
 CACHE = Path(__file__).parent / ".cache"
 
 
-def _config() -> ReleaseConfig:
-    """Counts-only settings for the benchmark (no files are read or written through it)."""
-    return ReleaseConfig(dataset="bench", data=Path("-"), schema=demo_schema_path(),
-                         out=Path("-"), release_key=Path("-"))
+#: the counts' epsilon of a default release: epsilon 2, half of it for the counts
+COUNTS_EPSILON = DEFAULT_EPSILON * 0.5
 
 
 def _frame(rows: int) -> pl.LazyFrame:
     schema = load_schema(demo_schema_path())
-    cfg = _config()
     CACHE.mkdir(exist_ok=True)
     path = CACHE / f"derived_{rows}.parquet"
     if not path.exists():
         base = generate_rows(min(rows, 100_000), seed=7)
-        frame = derive_frame(base, schema, cfg.counts, None).collect()
+        frame = derive_frame(base, schema, CountsConfig(), None).collect()
         reps = -(-rows // frame.height)
         pl.concat([frame] * reps).head(rows).write_parquet(path)
     return pl.scan_parquet(path)
@@ -67,8 +64,7 @@ def _run(side: str, rows: int, repeats: int, out: Any) -> None:
     """One side, in a spawned process of its own (its peak memory is its own): the
     process's entry, so it turns OpenDP's features on itself."""
     enable_opendp()
-    cfg = _config()
-    queries = plan_queries(load_schema(demo_schema_path()), cfg.counts, cfg.budget.counts_epsilon)
+    queries = plan_queries(load_schema(demo_schema_path()), CountsConfig(), COUNTS_EPSILON)
     frame = _frame(rows).collect().lazy()
     times, handoff = [], []
     for _ in range(repeats):
