@@ -27,9 +27,6 @@ from audits import (
     utility,
 )
 from audits.io import (
-    REPORT_NOTE,
-    default_report_path,
-    file_info,
     jsonable,
     load_embedder,
     load_record_schema,
@@ -37,38 +34,30 @@ from audits.io import (
     subsample,
     write_report,
 )
+from audits.kinds import (
+    PLUGIN_GROUP,
+    AuditKind,
+    audit_kinds,
+    common_arguments,
+    finish,
+    make_report,
+    read_rows,
+    register,
+)
 from audits.report import report_summary
 from release.dp import enable as enable_opendp
-from release.private_data import InvalidPolicy, read_private_rows
-from selpe_audit import __version__
+from release.private_data import read_private_rows
 from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import CHANNEL_SETS, KernelConfig, channel_kind
+from selpe_audit.plugins import load_plugins
 from selpe_audit.schema import Schema, demo_schema_path, load_schema
-
-KINDS = ("mia", "mechanism", "fidelity", "utility", "report")
-
 
 # ----- arguments ---------------------------------------------------------------------------
 
-def _common(p: argparse.ArgumentParser, synthetic: bool = True) -> None:
-    if synthetic:
-        p.add_argument("--synthetic", required=True,
-                       help="synthetic records (.csv, .parquet or .jsonl)")
-        p.add_argument("--schema", required=True, help="dataset schema (JSON)")
-        p.add_argument("--invalid-rows", choices=["fail", "drop"], default="fail",
-                       help="private rows that break the schema: stop (default) or leave out")
-    p.add_argument("--report", help="JSON report to write (default: next to the synthetic "
-                                    "file, else ./audit-<kind>.json)")
-
-
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="audit_kind", metavar="KIND")
-    m = sub.add_parser("mia", help="membership inference (DCR attack) vs. the DP bound",
-                       description=mia.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(m)
+def _mia_arguments(m: argparse.ArgumentParser) -> None:
+    common_arguments(m)
     m.add_argument("--members", required=True, help="private rows the release used")
     m.add_argument("--non-members", required=True, help="held-out private rows it did not use")
     m.add_argument("--artifact", help="release artifact folder: compare with its epsilon")
@@ -87,10 +76,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--no-anonymeter", action="store_true", help="skip anonymeter's attacks")
     m.add_argument("--anonymeter-attacks", type=int, default=500)
 
-    k = sub.add_parser("mechanism", help="Monte-Carlo epsilon audit of the release mechanisms",
-                       description=mechanism.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(k, synthetic=False)
+
+
+def _mechanism_arguments(k: argparse.ArgumentParser) -> None:
+    common_arguments(k, synthetic=False)
     k.add_argument("--kind", choices=[*mechanism.KINDS, "release", "all"], default="all",
                    help="one mechanism, 'model' (the noisy marginals of the model counts "
                         "modes, OpenDP contingency tables in zCDP), 'release' (the whole "
@@ -129,25 +118,24 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--field", default=mechanism.COUNTS_FIELD,
                    help=f"histogram audited by the counts audit (default {mechanism.COUNTS_FIELD})")
 
-    f = sub.add_parser("fidelity", help="schema validity and 1-/2-way TVD to real data",
-                       description=fidelity.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(f)
+
+
+def _fidelity_arguments(f: argparse.ArgumentParser) -> None:
+    common_arguments(f)
     f.add_argument("--real", required=True, help="real (private) rows to compare with")
 
-    u = sub.add_parser("utility", help="train on synthetic, test on real (macro OvR ROC AUC)",
-                       description=utility.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(u)
+
+
+def _utility_arguments(u: argparse.ArgumentParser) -> None:
+    common_arguments(u)
     u.add_argument("--real-train", required=True, help="real rows for the same-size baseline")
     u.add_argument("--real-test", required=True, help="real rows to test on")
     u.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
     u.add_argument("--seed", type=int, default=0)
 
-    r = sub.add_parser("report", help="one HTML page: fidelity, TSTR, text, MIA vs. the DP "
-                                      "bound, SDMetrics",
-                       description=report.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _report_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--synthetic", required=True,
                    help="synthetic records (.csv, .parquet or .jsonl)")
     r.add_argument("--schema", required=True, help="dataset schema (JSON)")
@@ -175,30 +163,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ----- helpers -----------------------------------------------------------------------------
-
-def _rows(path: str, schema: Schema, invalid: InvalidPolicy) -> list[dict[str, Any]]:
-    """Rows of a data file, checked against the schema: private (members, real) or synthetic
-    alike - the audits read both in the enclave, by the release's own reader."""
-    return read_private_rows(path, schema, invalid=invalid).priv_rows
-
-
-def _report(kind: str, inputs: dict[str, str], config: dict[str, Any], result: dict[str, Any],
-            t0: float) -> dict[str, Any]:
-    note = ("computed from fictional demo data and the release's mechanisms only"
-            if kind == "mechanism" else REPORT_NOTE)
-    return {"kind": kind, "tool": f"selpe-audit {__version__}", "privacy": note,
-            "inputs": {k: file_info(v) for k, v in inputs.items()}, "config": config,
-            "result": result, "elapsed_s": round(time.perf_counter() - t0, 3)}
-
-
-def _finish(kind: str, args: argparse.Namespace, report: dict[str, Any], render: Any) -> Path:
-    path = Path(args.report) if args.report else default_report_path(
-        kind, getattr(args, "synthetic", None))
-    out = write_report(path, report)
-    render(report, Console(highlight=False))
-    Console(highlight=False).print(f"report: {out}")
-    return out
-
 
 def _kernel_embeds(schema: Schema, channels: str | None) -> bool:
     """Whether the MIA's kernel with these channels (None: the full set) needs the embedder."""
@@ -246,9 +210,9 @@ def _run_mia(args: argparse.Namespace) -> int:
         raise UserError("--max-targets must be at least 1")
     epsilon, delta, eps_source = _artifact_epsilon(args)
     schema = load_record_schema(args.schema)
-    syn = _rows(args.synthetic, schema, "fail")
-    members = _rows(args.members, schema, args.invalid_rows)
-    non_members = _rows(args.non_members, schema, args.invalid_rows)
+    syn = read_rows(args.synthetic, schema, "fail")
+    members = read_rows(args.members, schema, args.invalid_rows)
+    non_members = read_rows(args.non_members, schema, args.invalid_rows)
     n_mem, n_non = len(members), len(non_members)
     members = subsample(members, args.max_targets, args.seed)
     non_members = subsample(non_members, args.max_targets, args.seed + 1)
@@ -271,9 +235,9 @@ def _run_mia(args: argparse.Namespace) -> int:
               "max_targets": args.max_targets}
     inputs = {"synthetic": args.synthetic, "members": args.members,
               "non_members": args.non_members, "schema": args.schema}
-    report = _report("mia", inputs, config, result, t0)
+    report = make_report("mia", inputs, config, result, t0)
     report["anonymeter"] = anon
-    _finish("mia", args, report, mia.render)
+    finish("mia", args, report, mia.render)
     return 1 if result.get("bound_violations") else 0
 
 
@@ -346,8 +310,8 @@ def _run_mechanism(args: argparse.Namespace) -> int:
               "data": "fictional demo rows (selpe_audit.demo.generator), demo schema"}
     failed = [a["mechanism"] for a in audits if not a["passed"]]
     result = {"audits": audits, "passed": not failed, "failed": failed}
-    report = _report("mechanism", {}, config, result, t0)
-    _finish("mechanism", args, report, mechanism.render)
+    report = make_report("mechanism", {}, config, result, t0)
+    finish("mechanism", args, report, mechanism.render)
     if failed:
         Console(stderr=True, highlight=False).print(
             f"[bold red]FAIL[/]: empirical epsilon above the claimed {args.epsilon:g} for "
@@ -360,28 +324,28 @@ def _run_fidelity(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     schema = load_record_schema(args.schema)
     syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
-    real = _rows(args.real, schema, args.invalid_rows)
+    real = read_rows(args.real, schema, args.invalid_rows)
     result = fidelity.run_fidelity(schema, syn_table, real)
     inputs = {"synthetic": args.synthetic, "real": args.real, "schema": args.schema}
-    report = _report("fidelity", inputs, {}, result, t0)
-    _finish("fidelity", args, report, fidelity.render)
+    report = make_report("fidelity", inputs, {}, result, t0)
+    finish("fidelity", args, report, fidelity.render)
     return 0
 
 
 def _run_utility(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     schema = load_record_schema(args.schema)
-    syn = _rows(args.synthetic, schema, "fail")
-    train = _rows(args.real_train, schema, args.invalid_rows)
-    test = _rows(args.real_test, schema, args.invalid_rows)
+    syn = read_rows(args.synthetic, schema, "fail")
+    train = read_rows(args.real_train, schema, args.invalid_rows)
+    test = read_rows(args.real_test, schema, args.invalid_rows)
     embedder = load_embedder(args.embedder) if schema.by_kind("text") else None
     with Console(stderr=True, highlight=False).status("training and scoring"):
         result = utility.run_utility(schema, syn, train, test, embedder, args.seed)
     inputs = {"synthetic": args.synthetic, "real_train": args.real_train,
               "real_test": args.real_test, "schema": args.schema}
     config = {"seed": args.seed, "embedder": args.embedder or "bundled default"}
-    report = _report("utility", inputs, config, result, t0)
-    _finish("utility", args, report, utility.render)
+    report = make_report("utility", inputs, config, result, t0)
+    finish("utility", args, report, utility.render)
     return 0
 
 
@@ -400,8 +364,8 @@ def _run_report(args: argparse.Namespace) -> int:
     schema = load_record_schema(args.schema)
     view = _artifact_view(args.artifact, args.trust) if args.artifact else None
     syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
-    train = _rows(args.real_train, schema, args.invalid_rows)
-    test = _rows(args.real_test, schema, args.invalid_rows)
+    train = read_rows(args.real_train, schema, args.invalid_rows)
+    test = read_rows(args.real_test, schema, args.invalid_rows)
     # utility embeds free text; the MIA's full kernel embeds text and the whole record
     needs_embedder = schema.by_kind("text") or _kernel_embeds(schema, None)
     embedder = load_embedder(args.embedder) if needs_embedder else None
@@ -419,7 +383,7 @@ def _run_report(args: argparse.Namespace) -> int:
     config = {"seed": args.seed, "max_targets": args.max_targets,
               "embedder": args.embedder or "bundled default",
               "sdmetrics": not args.no_sdmetrics}
-    doc = _report("report", inputs, config, result, t0)
+    doc = make_report("report", inputs, config, result, t0)
     doc["dataset"] = view.dataset if view is not None else schema.name
     if view is not None:
         g = view.guarantees
@@ -440,29 +404,45 @@ def _run_report(args: argparse.Namespace) -> int:
     return 1 if result["mia"].get("bound_violations") else 0
 
 
-_RUNNERS = {"mia": _run_mia, "mechanism": _run_mechanism, "fidelity": _run_fidelity,
-            "utility": _run_utility, "report": _run_report}
+for _kind in (
+        AuditKind("mia", "membership inference (DCR attack) vs. the DP bound", _mia_arguments,
+                  _run_mia, mia.__doc__),
+        AuditKind("mechanism", "Monte-Carlo epsilon audit of the release mechanisms (FAILs "
+                  "above the claim)", _mechanism_arguments, _run_mechanism, mechanism.__doc__),
+        AuditKind("fidelity", "schema validity and 1-/2-way TVD to real data",
+                  _fidelity_arguments, _run_fidelity, fidelity.__doc__),
+        AuditKind("utility", "train on synthetic, test on real (macro OvR ROC AUC)",
+                  _utility_arguments, _run_utility, utility.__doc__),
+        AuditKind("report", "one HTML page: fidelity, TSTR, text, MIA vs. the DP bound, "
+                  "SDMetrics", _report_arguments, _run_report, report.__doc__)):
+    register(_kind)
+load_plugins(PLUGIN_GROUP, "audit")  # kinds of other packages, after the built-ins
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    """One subcommand per registered kind (`audits.kinds`)."""
+    sub = p.add_subparsers(dest="audit_kind", metavar="KIND")
+    for kind in audit_kinds().values():
+        kind.add_arguments(sub.add_parser(
+            kind.name, help=kind.help, description=kind.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def _run(args: argparse.Namespace) -> int:
     enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    kind = getattr(args, "audit_kind", None)
-    if kind is None:
-        raise UserError(f"choose an audit: {', '.join(KINDS)} (see 'selpe-audit audit --help')")
-    return _RUNNERS[kind](args)
+    kinds = audit_kinds()
+    name = getattr(args, "audit_kind", None)
+    if name not in kinds:
+        raise UserError(f"choose an audit: {', '.join(kinds)} (see 'selpe-audit audit --help')")
+    return kinds[name].run(args)
 
 
 COMMAND = Command(
     name="audit",
     help="(enclave) membership-inference, mechanism, fidelity and utility audits",
     description="Audits of a release and of synthetic records, run where the private rows "
-                "are:\n  mia        distance-to-closest-record membership inference vs. the "
-                "DP bound\n  mechanism  Monte-Carlo empirical epsilon of the OpenDP "
-                "mechanisms (FAILs above the claim)\n  fidelity   schema validity, 1-/2-way "
-                "total variation distance\n  utility    train on synthetic, test on real "
-                "(macro one-vs-rest ROC AUC)\n  report     all of these on one HTML page, with "
-                "plots and SDMetrics' score\nReports hold statistics of private rows: keep "
-                "them in the enclave. Audits never write into an artifact folder.",
+                "are (one subcommand per kind, below). Reports hold statistics of private "
+                "rows: keep them in the enclave. Audits never write into an artifact folder.",
     add_arguments=_add_arguments,
     run=_run,
 )

@@ -1,6 +1,7 @@
 """A selection mode and a counts mode from another package (entry points) release here, and
 the artifact they write is reviewed and decoded in processes where that package is not
-installed (issue 34). The package follows docs/architecture.md's recipes."""
+installed (issue 34); an audit kind from that package is a subcommand of ``audit``. The
+package follows docs/architecture.md's recipes."""
 
 from __future__ import annotations
 
@@ -47,17 +48,39 @@ MODE = register(replace(FIXED_MODE, descriptor=replace(
     review="the toy plugin's noisy marginals")))
 '''
 
+TOY_AUDIT = '''"""A toy audit in its own package: how many synthetic rows are valid."""
+import time
+
+from audits.io import load_record_schema
+from audits.kinds import AuditKind, common_arguments, finish, make_report, read_rows, register
+
+
+def _run(args):
+    t0 = time.perf_counter()
+    rows = read_rows(args.synthetic, load_record_schema(args.schema), args.invalid_rows)
+    report = make_report("toy-count", {"synthetic": args.synthetic}, {}, {"rows": len(rows)}, t0)
+    finish("toy-count", args, report,
+           lambda r, console: console.print(f"toy-count: {r['result']['rows']} rows"))
+    return 0
+
+
+AUDIT = register(AuditKind("toy-count", "count the valid synthetic rows (a plugin's toy)",
+                           common_arguments, _run, __doc__))
+'''
+
 
 def _plugin(folder: Path) -> Path:
     """The package and its installed metadata (a dist-info with the entry point)."""
     folder.mkdir()
     (folder / "toy_mode.py").write_text(TOY)
     (folder / "toy_counts.py").write_text(TOY_COUNTS)
+    (folder / "toy_audit.py").write_text(TOY_AUDIT)
     info = folder / "toy_mode-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-mode\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[selpe_audit.selection_modes]\ntoy = toy_mode\n"
-                                           "[selpe_audit.counts_modes]\ntoy = toy_counts\n")
+                                           "[selpe_audit.counts_modes]\ntoy = toy_counts\n"
+                                           "[selpe_audit.audits]\ntoy = toy_audit\n")
     return folder
 
 
@@ -113,3 +136,25 @@ def test_a_broken_plugin_is_one_line_naming_it(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0
     assert "selection mode plugin 'toy' (toy_mode) failed to load" in r.stderr
+
+
+def test_a_plugin_audit_is_a_subcommand_and_writes_its_report(tmp_path):
+    """docs/architecture.md's audit recipe, in a package of its own: registered through the
+    entry point, offered by ``audit --help`` only where installed, run with the shared
+    helpers, its report written where asked and never into an artifact folder."""
+    plugin = _plugin(tmp_path / "plugin")
+    assert "toy-count" in _run("audit", "--help", plugin=plugin).stdout
+    assert "toy-count" not in _run("audit", "--help").stdout
+    report = tmp_path / "toy.json"
+    args = ("audit", "toy-count", "--synthetic", str(DEMO_SAMPLE), "--schema",
+            str(demo_schema_path()))
+    r = _run(*args, "--report", str(report), plugin=plugin)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads(report.read_text())
+    assert doc["kind"] == "toy-count" and doc["result"] == {"rows": 400}
+    assert "toy-count: 400 rows" in r.stdout
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "release.json").write_text("{}")
+    r = _run(*args, "--report", str(art / "toy.json"), plugin=plugin)
+    assert r.returncode == 2 and "artifact" in r.stderr and r.stderr.count("\n") == 1

@@ -1,0 +1,97 @@
+"""The kinds of ``selpe-audit audit``: a registry, and what every kind shares.
+
+A kind is one `AuditKind` (its name, --help words, arguments and run) registered by the
+module that implements it; `audits.cli` builds the subcommands from the registry, built-ins
+first, then the kinds of other packages (entry-point group ``selpe_audit.audits``). What a
+kind shares: `common_arguments`, `read_rows` (private or synthetic rows, by the release's
+own reader), `make_report` (the report's envelope) and `finish` (write it, never into an
+artifact folder, and print its summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from audits.io import REPORT_NOTE, default_report_path, file_info, write_report
+from release.private_data import InvalidPolicy, read_private_rows
+from selpe_audit import __version__
+from selpe_audit.schema import Schema
+
+#: the entry-point group of audit kinds from other packages
+PLUGIN_GROUP = "selpe_audit.audits"
+
+
+@dataclass(frozen=True)
+class AuditKind:
+    """One ``selpe-audit audit <name>``: ``run`` returns the exit status (0: nothing wrong,
+    1: a violation found); ``description``: its --help text (the module docstring)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str | None = None
+
+
+_KINDS: dict[str, AuditKind] = {}
+
+
+def register(kind: AuditKind) -> AuditKind:
+    """Make ``kind`` a subcommand of ``selpe-audit audit``."""
+    if kind.name in _KINDS:
+        raise ValueError(f"audit kind '{kind.name}' is registered twice")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def audit_kinds() -> dict[str, AuditKind]:
+    """Every registered kind, in registration order."""
+    return dict(_KINDS)
+
+
+def common_arguments(p: argparse.ArgumentParser, synthetic: bool = True) -> None:
+    """--synthetic, --schema and --invalid-rows (``synthetic``), and --report."""
+    if synthetic:
+        p.add_argument("--synthetic", required=True,
+                       help="synthetic records (.csv, .parquet or .jsonl)")
+        p.add_argument("--schema", required=True, help="dataset schema (JSON)")
+        p.add_argument("--invalid-rows", choices=["fail", "drop"], default="fail",
+                       help="private rows that break the schema: stop (default) or leave out")
+    p.add_argument("--report", help="JSON report to write (default: next to the synthetic "
+                                    "file, else ./audit-<kind>.json)")
+
+
+def read_rows(path: str, schema: Schema, invalid: InvalidPolicy) -> list[dict[str, Any]]:
+    """Rows of a data file, checked against the schema: private (members, real) or synthetic
+    alike - the audits read both in the enclave, by the release's own reader."""
+    return read_private_rows(path, schema, invalid=invalid).priv_rows
+
+
+def make_report(kind: str, inputs: dict[str, str], config: dict[str, Any],
+                result: dict[str, Any], t0: float) -> dict[str, Any]:
+    """The report's envelope: kind, tool, what it is (never DP), inputs' hashes, settings,
+    the result and the time it took since ``t0`` (`time.perf_counter`)."""
+    note = ("computed from fictional demo data and the release's mechanisms only"
+            if kind == "mechanism" else REPORT_NOTE)
+    return {"kind": kind, "tool": f"selpe-audit {__version__}", "privacy": note,
+            "inputs": {k: file_info(v) for k, v in inputs.items()}, "config": config,
+            "result": result, "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+def finish(kind: str, args: argparse.Namespace, report: dict[str, Any],
+           render: Callable[[dict[str, Any], Console], None]) -> Path:
+    """Write the report (--report, else beside the synthetic file; never into an artifact
+    folder) and print its summary."""
+    path = Path(args.report) if args.report else default_report_path(
+        kind, getattr(args, "synthetic", None))
+    out = write_report(path, report)
+    render(report, Console(highlight=False))
+    Console(highlight=False).print(f"report: {out}")
+    return out
