@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import zlib
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from selpe_audit.artifact.signing import SIGNATURES_DIR, generate_keypair, sign_
 from selpe_audit.errors import UserError
 from selpe_audit.review.page import REVIEW_FILE, render_review_html, write_review_html
 from selpe_audit.review.view import (
+    personal_data_hits,
     review_warnings,
     signature_statuses,
     signature_warnings,
@@ -188,6 +190,104 @@ def test_review_tolerates_unknown_keys_and_refuses_odd_shapes(demo_artifact, key
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "malformed at selection/rounds/0/classes/0/winners/" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+# ----- escaping -----------------------------------------------------------------------------
+
+ALLOWED_TAGS = {"html", "head", "meta", "link", "title", "style", "body", "header", "div", "h1",
+                "h2", "h3", "h4", "p", "strong", "code", "nav", "a", "main", "section", "table",
+                "thead", "tbody", "tr", "th", "td", "span", "ul", "li", "svg", "rect", "text",
+                "line", "g", "details", "summary", "pre", "footer"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attrs: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attrs.update(k for k, _ in attrs)
+
+
+def test_html_escapes_every_text_from_the_artifact(hostile_artifact):
+    page = render_review_html(read_release_unverified(hostile_artifact))
+    assert "<script" not in page.lower()
+    assert "<img" not in page.lower()
+    assert '"><img' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    parsed = _Tags()
+    parsed.feed(page)
+    assert parsed.tags <= ALLOWED_TAGS
+    assert not [a for a in parsed.attrs if a.startswith("on")]
+    assert "\x1b" not in page and "\u202e" not in page
+    assert "\\x1b[31m" in page and "\\u202e" in page
+
+
+def test_terminal_view_shows_control_codes_instead_of_obeying_them(hostile_artifact):
+    r = cli("review", str(hostile_artifact))
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\u202e" not in r.stdout
+    assert "\\x1b[31m" in r.stdout
+    assert XSS[0] in r.stdout  # shown literally, as text
+
+
+def test_review_counts_warnings_by_kind_and_lists_each_with_all(hostile_artifact):
+    doc = read_release_unverified(hostile_artifact)
+    ws = review_warnings(doc)
+    kinds = {w.kind for w in ws}
+    assert len(ws) > len(kinds) >= 2  # some kind fires more than once
+    short = cli("review", str(hostile_artifact))
+    assert short.returncode == 0, short.stderr
+    assert "counted by kind" in short.stdout and "review --all" in short.stdout
+    assert str(hostile_artifact / REVIEW_FILE) in short.stdout.replace("\n", "")
+    assert all(k in short.stdout for k in kinds)
+    full = cli("review", str(hostile_artifact), "--all")
+    assert full.returncode == 0, full.stderr
+    flat = " ".join(full.stdout.replace("│", " ").split())
+    assert all(" ".join(w.where.split()) in flat for w in ws)
+    assert len(full.stdout.splitlines()) > len(short.stdout.splitlines())
+
+
+# ----- warnings -----------------------------------------------------------------------------
+
+def test_warnings_flag_personal_data_with_reason_and_place(hostile_artifact):
+    ws = [w for w in review_warnings(read_release_unverified(hostile_artifact))
+          if w.kind == "personal data"]
+    got = {(w.where, w.reason.split(":")[0]) for w in ws}
+    assert ("round 1, class 1, winner 2, field chief_complaint",
+            "looks like a title and name (Mr./Mrs./Dr. Xxx)") in got
+    assert ("round 1, class 1, winner 2, field chief_complaint",
+            "looks like a phone number") in got
+    assert not [w for w in ws if w.where.startswith("round 1, class 1, winner 1,")]
+
+
+@pytest.mark.parametrize("text,pattern", [
+    ("Dr. Jones saw her", "title and name"), ("name: Jane Doe", "name: Xxx Yyy"),
+    ("patient Jane Doe fell", "patient Xxx Yyy"), ("jane.doe@example.org", "email"),
+    ("+44 20 7946 0958", "phone"), ("seen 03/12/2024", "date"), ("on 2024-03-12", "date"),
+    ("born 3.12.84", "date"),
+    ("since March 3, 2024", "month name"), ("MRN: 00123456", "MRN"), ("id P000123", "id-like"),
+])
+def test_personal_data_patterns(text, pattern):
+    assert any(pattern in name for name, _ in personal_data_hits(text))
+
+
+@pytest.mark.parametrize("text", [
+    "chest pain for 2 days, HR 120-130", "BP 120/80, temp 38.5", "pain 7/10 since May",
+    "fell from 2 m height", "sore throat x 3 days", "O2 94% on 2 L/min", "temp 36.5-37.5",
+])
+def test_clinical_text_is_not_flagged(text):
+    assert personal_data_hits(text) == []
+
+
+def test_warnings_flag_a_schema_hash_that_does_not_match(demo_artifact, hostile_artifact):
+    assert not [w for w in review_warnings(read_release_unverified(demo_artifact))
+                if w.kind == "schema"]
+    assert [w.where for w in review_warnings(read_release_unverified(hostile_artifact))
+            if w.kind == "schema"] == ["schema_sha256"]
 
 
 def test_warnings_flag_high_epsilon_and_small_counts(demo_artifact):
