@@ -217,3 +217,20 @@ def test_scale_benchmark_quick(tmp_path):
         assert x["decode"]["rows"] == x["n"] and x["features"]["rows"] == x["n"]
     text = out.read_text()
     assert "| N | plain read s |" in text and (tmp_path / "plots" / "scale-seconds.svg").exists()
+
+
+@pytest.mark.slow
+def test_vocabulary_budget_quick(tmp_path):
+    """The vocabulary's share of epsilon at smoke size, through the runner: a larger share
+    releases more keywords and raises the ceiling; every number is an AUC; the page has the
+    table."""
+    out = _run_runner(tmp_path, "vocabulary_budget")
+    r = json.loads(out.with_suffix(".json").read_text())["vocabulary_budget"]["result"]
+    by_share = {x["decoder"]: x for x in r["results"]}
+    low, high = by_share["model, share 0.2, slots 1"], by_share["model, share 0.4, slots 1"]
+    assert high["terms"]["mean"] > low["terms"]["mean"] > 0
+    assert high["text_tstr_ceiling"]["mean"] > low["text_tstr_ceiling"]["mean"]
+    for x in (low, high):
+        assert 0.5 < x["text_tstr_real"]["mean"] <= 1  # the demo's text tells the acuity
+        assert 0.5 < x["record_blanked"]["lr"]["mean"] <= 1
+    assert "| dataset | phrase_share, keyword_slots |" in out.read_text()
