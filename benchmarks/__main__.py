@@ -117,6 +117,11 @@ def _vocabulary_budget(quick: bool) -> dict[str, Any]:
     return vocabulary_budget.run(quick)
 
 
+def _paraphrase(quick: bool) -> dict[str, Any]:
+    from benchmarks import paraphrase
+    return paraphrase.run(quick)
+
+
 def _audit_report(quick: bool) -> dict[str, Any]:
     from benchmarks import audit_report
     return audit_report.run(quick)
@@ -149,6 +154,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "llm_text": ("python -m benchmarks.llm_text", _llm_text),
     "text_vocabulary": ("python -m benchmarks.text_vocabulary", _text_vocabulary),
     "vocabulary_budget": ("python -m benchmarks.vocabulary_budget", _vocabulary_budget),
+    "paraphrase": ("python -m benchmarks.paraphrase", _paraphrase),
     "decode": ("python -m benchmarks.decode", _decode),
     "shards": ("python -m benchmarks.shards", _shards),
     "scale": ("python -m benchmarks.scale", _scale),  # 10^7 rows too: --huge

@@ -25,13 +25,12 @@ Reported: mean and range over the releases (share: demo 3, reviews 2; ceiling: 2
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks import command
 from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -169,15 +168,8 @@ def _summary(results: list[dict], ceiling: list[dict]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--json", type=Path)
-    a = p.parse_args()
-    res = run(a.quick)
-    print(res["table"])
-    print(res["summary"])
-    if a.json:
-        a.json.write_text(json.dumps(res, indent=1))
+    a = command.parser(__doc__).parse_args()
+    command.finish(run(a.quick), a.json)
 
 
 if __name__ == "__main__":

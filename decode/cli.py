@@ -74,8 +74,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                           "whose fields come from the model")
     abl.add_argument("--paraphrase-phrases", action="store_true",
                      help="llm decoder on a model-mode artifact: let the LLM rewrite a "
-                          "record's released phrase too (default: the record keeps it; the "
-                          "LLM writes \"other\" and long-text topics)")
+                          "record's released phrase too (default: the record keeps it, as "
+                          "rewriting made the text more varied but less telling of the "
+                          "class, benchmarks/RESULTS.md 'paraphrase'; the LLM writes "
+                          "\"other\" and long-text topics)")
 
 
 def gpu_layers(arg: int | None) -> int:

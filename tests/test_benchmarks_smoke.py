@@ -234,3 +234,18 @@ def test_vocabulary_budget_quick(tmp_path):
         assert 0.5 < x["text_tstr_real"]["mean"] <= 1  # the demo's text tells the acuity
         assert 0.5 < x["record_blanked"]["lr"]["mean"] <= 1
     assert "| dataset | phrase_share, keyword_slots |" in out.read_text()
+
+
+@pytest.mark.slow
+def test_paraphrase_quick(tmp_path):
+    """Item 5's measurement at smoke size, through the runner: a phrase field is released as
+    phrases, the model decoder writes only released phrases (so never a member text that is
+    not one), and the LLM wrote texts both ways."""
+    out = _run_runner(tmp_path, "paraphrase")
+    r = json.loads(out.with_suffix(".json").read_text())["paraphrase"]["result"]
+    model, *llm = r["runs"]
+    assert r["phrases"] > 0 and model["kind"] == "phrases"
+    assert model["released_term_share"] == 1.0 and model["private_copy_share"] == 0.0
+    assert len(llm) == 4 and {x["rows"] for x in llm} == {8}
+    assert 0 < r["keep"]["distinct_share"] <= 1 and 0 < r["paraphrase"]["distinct_share"] <= 1
+    assert isinstance(r["paraphrase_helps"], bool) and "## paraphrase" in out.read_text()

@@ -10,7 +10,8 @@ record's topic texts (public anchors) and the record's fields, then an opening q
 ends at the closing quote. A record whose topic is a released *phrase* (a short-text field's
 DP vocabulary) keeps that phrase as the model decoder wrote it: the LLM writes "other" and
 long-text (keyword) topics, where the model has no text of its own, and rewrites released
-phrases only with ``paraphrase_phrases`` (issue 31: off until a measurement shows it helps).
+phrases only with ``paraphrase_phrases`` (off: measured to vary the text but carry less of
+the label, `benchmarks.paraphrase`).
 A text is kept when it fits the field's length limits and is not a
 placeholder (the field's name or description, an enum value, "free text"); otherwise it is
 resampled, and after ``max_attempts`` the record keeps the topic's public text (counted).
