@@ -67,25 +67,10 @@ def _schema(folder: Path) -> Path:
     return out
 
 
-def _decode(out: Path, trust: Path, n: int, decoder: str, path: Path, schema: Any,
-            paraphrase: bool, seed: int) -> tuple[list[dict[str, Any]], float]:
-    import polars as pl
-
-    from benchmarks.text_vocabulary import _typed
-    from decode.pipeline import DecodeSettings, run_decode
-
-    t0 = time.perf_counter()
-    run_decode(out, [trust], 0, path, DecodeSettings(n=n, decoder=decoder, seed=seed,
-                                                     paraphrase_phrases=paraphrase))
-    seconds = time.perf_counter() - t0
-    return [{f.name: _typed(f, r[f.name]) for f in schema.record_fields}
-            for r in pl.read_csv(path, infer_schema=False).to_dicts()], seconds
-
-
 def run(quick: bool = False, rows: int = 400) -> dict[str, Any]:
     import polars as pl
 
-    from benchmarks.text_vocabulary import _release, _score
+    from benchmarks.text_vocabulary import _decode, _release, _score
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.schema import load_schema
 
@@ -104,8 +89,10 @@ def run(quick: bool = False, rows: int = 400) -> dict[str, Any]:
             (label, "llm", paraphrase, rows, seed) for seed in SEEDS
             for label, paraphrase in ((KEEP, False), (PARAPHRASE, True))]
         for label, decoder, paraphrase, size, seed in runs:
-            syn, seconds = _decode(out, trust, size, decoder, base / f"{label}-{seed}.csv",
-                                   schema, paraphrase, seed)
+            t0 = time.perf_counter()
+            syn = _decode(out, trust, size, decoder, seed, base / f"{label}-{seed}.csv",
+                          schema, paraphrase)
+            seconds = time.perf_counter() - t0
             lines.append({"decode": label, "seed": seed, "rows": size,
                           "decode_s": round(seconds, 1),
                           **_score(schema, syn, members, test, doc, seed)})

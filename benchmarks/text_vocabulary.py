@@ -93,12 +93,14 @@ def _release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
 
 
 def _decode(out: Path, trust: Path, n: int, decoder: str, seed: int, path: Path,
-            schema: Any) -> list[dict[str, Any]]:
+            schema: Any, paraphrase: bool = False) -> list[dict[str, Any]]:
+    """Decode ``n`` rows to ``path`` and read them back typed by ``schema``."""
     import polars as pl
 
     from decode.pipeline import DecodeSettings, run_decode
 
-    run_decode(out, [trust], 0, path, DecodeSettings(n=n, decoder=decoder, seed=seed))
+    run_decode(out, [trust], 0, path, DecodeSettings(n=n, decoder=decoder, seed=seed,
+                                                     paraphrase_phrases=paraphrase))
     return [{f.name: _typed(f, r[f.name]) for f in schema.record_fields}
             for r in pl.read_csv(path, infer_schema=False).to_dicts()]
 

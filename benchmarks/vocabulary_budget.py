@@ -122,13 +122,6 @@ def run(quick: bool = False) -> dict[str, Any]:
             "table": _table(results, ceiling), "summary": _summary(results, ceiling)}
 
 
-def _m(v: dict[str, float] | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v['mean']:.3f}" if v["min"] == v["max"] else \
-        f"{v['mean']:.3f} ({v['min']:.3f}-{v['max']:.3f})"
-
-
 def _setting(r: dict) -> str:
     """"0.2, 1" from the row's decoder label "model, share 0.2, slots 1"."""
     _, share, slots = r["decoder"].split(", ")
@@ -136,23 +129,25 @@ def _setting(r: dict) -> str:
 
 
 def _table(results: list[dict], ceiling: list[dict]) -> str:
+    from benchmarks.text_vocabulary import _cell
+
     head = ("| dataset | phrase_share, keyword_slots | releases | terms | coverage | "
             "text TSTR | ceiling | real text | LR with text / blanked | GB with text / blanked |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         rows.append(f"| {r['dataset']} | {_setting(r)} | {r['releases']} "
-                    f"| {_m(r['terms'])} | {_m(r['coverage'])} | {_m(r['text_tstr'])} | "
-                    f"{_m(r['text_tstr_ceiling'])} | {_m(r['text_tstr_real'])} | "
-                    f"{_m(r['record_with_text']['lr'])} / {_m(r['record_blanked']['lr'])} | "
-                    f"{_m(r['record_with_text']['gb'])} / {_m(r['record_blanked']['gb'])} |")
+                    f"| {_cell(r, 'terms')} | {_cell(r, 'coverage')} | {_cell(r, 'text_tstr')} | "
+                    f"{_cell(r, 'text_tstr_ceiling')} | {_cell(r, 'text_tstr_real')} | "
+                    f"{_cell(r, 'record_with_text', 'lr')} / {_cell(r, 'record_blanked', 'lr')} | "
+                    f"{_cell(r, 'record_with_text', 'gb')} / {_cell(r, 'record_blanked', 'gb')} |")
     if not ceiling:
         return "\n".join(rows)
     rows += ["", "The vocabulary alone (keywords, one per unit), epsilon 2 x share:", "",
              "| dataset | share | epsilon | threshold | terms | coverage | ceiling | real text |",
              "|---|---|---|---|---|---|---|---|"]
     rows += [f"| {c['dataset']} | {c['share']:g} | {c['epsilon']:g} | "
-             f"{c['threshold']['mean']:g} | {_m(c['terms'])} | {_m(c['coverage'])} | "
-             f"{_m(c['ceiling'])} | {_m(c['real'])} |" for c in ceiling]
+             f"{c['threshold']['mean']:g} | {_cell(c, 'terms')} | {_cell(c, 'coverage')} | "
+             f"{_cell(c, 'ceiling')} | {_cell(c, 'real')} |" for c in ceiling]
     return "\n".join(rows)
 
 
