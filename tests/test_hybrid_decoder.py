@@ -25,6 +25,18 @@ def test_placeholders_are_the_schemas_own_words():
     assert {"free text", "note", "colour", "red", "calm", "class"} <= words
 
 
+def test_a_text_that_echoes_the_fields_line_is_refused():
+    """The 270M model echoed its prompt ("film critic's review on film_has_plot: no"): a
+    field's name with a colon, or an identifier joined by underscores, is refused."""
+    from selpe_audit.llm.text import field_echo
+
+    echo = field_echo(SCHEMA)
+    for text in ("a sore throat; colour: red", "Colour : blue", "size_bin is 3", "film_plot: no"):
+        assert echo.search(text), text
+    for text in ("a red rash, colourful", "the size of it: large", "note the time"):
+        assert not echo.search(text), text
+
+
 def test_the_text_prompt_carries_fields_topic_texts_and_no_text_slot(released):
     rec, _ = ModelDecoder(released, seed=1).draw(2, 0)
     f = SCHEMA.field(TEXT)
@@ -118,17 +130,17 @@ def test_a_topic_shown_to_several_drafts_is_read_once(released, llm):
     assert s.prompt_tokens <= len(head) + len(line) + s.attempts * max(own)
 
 
-def _phrase_released():
-    """The small model's artifact with its text topics a DP phrase vocabulary: topic 0 "a
-    sore throat", 1 "chest pain", 2 "other"."""
+def _phrase_released(kind: str = "phrases"):
+    """The small model's artifact with its text topics a DP vocabulary of ``kind``: topic 0
+    "a sore throat" ("throat" for keywords), 1 "chest pain", 2 "other"."""
     from test_model_decoder import _doc
 
     from release.phrases import PhraseVocabulary, phrase_topics
 
     table, block = opendp_release()
     doc = _doc(block, table)
-    vocab = PhraseVocabulary("note", "phrases", ("a sore throat", "chest pain"), (60, 50),
-                             1.0, 1e-6, 1.0, 15, "laplace", 1)
+    terms = ("a sore throat", "chest pain") if kind == "phrases" else ("throat", "chest pain")
+    vocab = PhraseVocabulary("note", kind, terms, (60, 50), 1.0, 1e-6, 1.0, 15, "laplace", 1)
     doc["counts"]["topics"] = {"note": phrase_topics(vocab)}
     return _released(doc), vocab
 
@@ -153,3 +165,26 @@ def test_a_released_phrase_is_kept_and_the_llm_writes_the_other_topic(llm):
     every = HybridDecoder(released, llm, seed=3, paraphrase_phrases=True)
     every.generate(1, 0, n, [].append)
     assert every.stats.records + every.stats.fallbacks == n
+
+
+@pytest.mark.slow
+def test_a_keyword_topics_text_starts_with_its_released_keyword(llm):
+    """A long-text (keyword) topic's text keeps what the release says of it: it opens with
+    the record's released keyword, as the model decoder wrote it, and the LLM writes on
+    past it; "other" records are written freely."""
+    released, vocab = _phrase_released("keywords")
+    n, other = 16, len(vocab.phrases)
+    drawn = [ModelDecoder(released, seed=3).draw(1, i) for i in range(n)]
+    dec = HybridDecoder(released, llm, seed=3)
+    out: list[dict] = []
+    dec.generate(1, 0, n, out.append)
+    keyword = [(rec[TEXT], values[TEXT]) for rec, (values, topics) in zip(out, drawn, strict=True)
+               if topics[TEXT] != other]
+    assert keyword and all(text.startswith(word) for text, word in keyword)
+    s = dec.stats
+    assert s.records + s.fallbacks == n
+    # a text is the keyword alone (a punctuation mark at most after it) only where the LLM
+    # never wrote a word past it: a fallback
+    alone = [text.rstrip(".,;!") == word for text, word in keyword]
+    assert sum(alone) <= s.fallbacks and not all(alone)
+    assert all(text == word for (text, word), a in zip(keyword, alone, strict=True) if a)

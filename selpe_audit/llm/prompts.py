@@ -65,7 +65,9 @@ _RULES = {
                    "but free text, in the schema's wording; the free text is written in "
                    "quotes and ends at the closing quote; the topic line shows the topic's "
                    "public texts, or a few of the schema's example texts without a topic; a "
-                   "shown text is not copied past its first tokens (engine.AVOID_SHARED)",
+                   "shown text is not copied past its first tokens (engine.AVOID_SHARED); a "
+                   "DP keyword topic's text opens with the record's released keywords, no "
+                   "topic line, and must go on past them",
 }
 
 
@@ -219,8 +221,8 @@ def text_topic(field: Field, topic_texts: Sequence[str]) -> str:
 
 
 def text_suffix(schema: Schema, field: Field, record: Mapping[str, Any],
-                topic_texts: Sequence[str]) -> str:
+                topic_texts: Sequence[str], opening: str = "") -> str:
     """One record's part: its topic line (if any), its fields, then the opening quote of
-    the text the model writes."""
+    the text the model writes and the words the text starts with (``opening``, if any)."""
     return text_topic(field, topic_texts) + TEMPLATES["text_open"].format(
-        fields=record_fields_line(record, schema), field=field.description)
+        fields=record_fields_line(record, schema), field=field.description) + opening

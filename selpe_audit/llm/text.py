@@ -8,8 +8,10 @@ continuing a natural-language prompt with the fields already written, it writes 
 Per free-text field and class, the LLM continues a plain-completion prompt
 (`prompts.text_prefix` + `prompts.text_suffix`): the class, public exemplars (DP-selected
 records) as a few-shot list, the draft's public topic texts (if any) and its fields, then an
-opening quote; the text ends at the closing quote. A text is kept when it fits the field's
-length limits and is not a placeholder (`placeholder_words`); otherwise it is resampled with
+opening quote and the draft's *opening* (public words the text starts with, if any: a DP
+keyword topic's released keywords); the text ends at the closing quote. A text is kept when
+it fits the field's length limits, is not a placeholder (`placeholder_words`), does not echo
+the fields line (`field_echo`) and goes on past its opening; otherwise it is resampled with
 the next attempt's seed. After ``max_attempts`` the draft is a *fallback*: its value is left
 as it was and it is handed back to the caller, who decides what it means (the hybrid decoder
 keeps the topic's public text; the release retries with a fresh base seed and refuses after
@@ -77,6 +79,14 @@ def placeholder_words(schema: Schema) -> frozenset[str]:
     return frozenset(w for w in words if w)
 
 
+def field_echo(schema: Schema) -> re.Pattern[str]:
+    """A text that echoes the prompt's fields line instead of writing: a field's name and a
+    colon ("age: 54"), or an identifier joined by underscores ("film_plot", as field names
+    are and prose is not)."""
+    names = "|".join(re.escape(f.name) for f in schema.record_fields)
+    return re.compile(rf"\b(?:{names})\s*:|[a-z0-9]_[a-z0-9]", re.IGNORECASE)
+
+
 def example_hints(f: Field, rng: np.random.Generator) -> list[str]:
     """Up to `TOPIC_TEXTS` of the schema's public example texts of ``f`` (its JSON Schema
     ``examples``), a different few per draft so that drafts do not all lean on the same."""
@@ -96,6 +106,7 @@ class Draft:
     index: int                          # in the caller's stream: part of each attempt's seed
     values: dict[str, Any]              # its given fields; the text is written into it
     topic_texts: Sequence[str] = ()     # public texts shown in its prompt (up to TOPIC_TEXTS)
+    opening: str = ""                   # public words its text starts with (see TextWriter)
 
 
 class TextWriter:
@@ -105,13 +116,16 @@ class TextWriter:
     def __init__(self, schema: Schema, llm: LLM, config: GenerationConfig) -> None:
         self.schema, self.llm, self.config = schema, llm, config
         self.placeholders = placeholder_words(schema)
+        self.echo = field_echo(schema)
         self.stats = TextStats()
 
     def acceptable(self, f: Field, text: str) -> bool | None:
-        """True: keep; False: a placeholder; None: outside the field's length limits."""
+        """True: keep; False: a placeholder or an echo of the prompt's fields line; None:
+        outside the field's length limits."""
         if not f.min_length <= len(text) <= (f.max_length or len(text)):
             return None
-        return _words(text) not in self.placeholders and bool(_words(text))
+        words = _words(text)
+        return bool(words) and words not in self.placeholders and not self.echo.search(text)
 
     def write(self, f: Field, class_value: Any, examples: Sequence[dict[str, Any]],
               drafts: Sequence[Draft], base: int) -> list[Draft]:
@@ -138,7 +152,7 @@ class TextWriter:
             topic = topic_of(d)
             j = prefix_of.get(tuple(topic), 0)  # its topic line is in prefix j (0: none)
             suffix = self.llm.tokenize(
-                prompts.text_suffix(self.schema, f, d.values, () if j else topic))
+                prompts.text_suffix(self.schema, f, d.values, () if j else topic, d.opening))
             attempts[slot] += 1
             avoid = [tokens(t) for t in dict.fromkeys([*shown_texts, *topic, *kept])]
             return Request(prefix=j, suffix=suffix,
@@ -148,8 +162,8 @@ class TextWriter:
 
         def on_done(req: Request, text: str, complete: bool) -> None:
             slot: int = req.tag
-            written = " ".join(text.split('"')[0].split())
-            ok = self.acceptable(f, written)
+            written = " ".join((drafts[slot].opening + text.split('"')[0]).split())
+            ok = self.acceptable(f, written) and _words(written) != _words(drafts[slot].opening)
             if ok:
                 drafts[slot].values[f.name] = written
                 kept.append(written)
