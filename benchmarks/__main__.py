@@ -117,6 +117,11 @@ def _vocabulary_budget(quick: bool) -> dict[str, Any]:
     return vocabulary_budget.run(quick)
 
 
+def _exemplar_text(quick: bool) -> dict[str, Any]:
+    from benchmarks import exemplar_text
+    return exemplar_text.run(quick)
+
+
 def _paraphrase(quick: bool) -> dict[str, Any]:
     from benchmarks import paraphrase
     return paraphrase.run(quick)
@@ -155,6 +160,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "text_vocabulary": ("python -m benchmarks.text_vocabulary", _text_vocabulary),
     "vocabulary_budget": ("python -m benchmarks.vocabulary_budget", _vocabulary_budget),
     "paraphrase": ("python -m benchmarks.paraphrase", _paraphrase),
+    "exemplar_text": ("python -m benchmarks.exemplar_text", _exemplar_text),
     "decode": ("python -m benchmarks.decode", _decode),
     "shards": ("python -m benchmarks.shards", _shards),
     "scale": ("python -m benchmarks.scale", _scale),  # 10^7 rows too: --huge

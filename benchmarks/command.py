@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,3 +24,9 @@ def finish(result: dict[str, Any], path: Path | None) -> None:
     print(result["summary"])
     if path:
         path.write_text(json.dumps(result, indent=1))
+
+
+def main(doc: str | None, run: Callable[[bool], dict[str, Any]]) -> None:
+    """A module whose ``run`` takes only ``quick``: its whole command line."""
+    a = parser(doc).parse_args()
+    finish(run(a.quick), a.json)

@@ -162,11 +162,6 @@ def _summary(results: list[dict], ceiling: list[dict]) -> str:
                + ", ".join(whole) if whole else "") + ".")
 
 
-def main() -> None:
-    a = command.parser(__doc__).parse_args()
-    command.finish(run(a.quick), a.json)
-
-
 if __name__ == "__main__":
     enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    main()
+    command.main(__doc__, run)

@@ -249,3 +249,20 @@ def test_paraphrase_quick(tmp_path):
     assert len(llm) == 4 and {x["rows"] for x in llm} == {8}
     assert 0 < r["keep"]["distinct_share"] <= 1 and 0 < r["paraphrase"]["distinct_share"] <= 1
     assert isinstance(r["paraphrase_helps"], bool) and "## paraphrase" in out.read_text()
+
+
+@pytest.mark.slow
+def test_exemplar_text_quick(tmp_path):
+    """Item 4's measurement at smoke size, through the runner: the default path's exemplar
+    texts, vocabulary on and off, scored against the released keywords; every share is a
+    share and the page has the table."""
+    out = _run_runner(tmp_path, "exemplar_text")
+    r = json.loads(out.with_suffix(".json").read_text())["exemplar_text"]["result"]
+    on, off = (next(x for x in r["results"] if x["vocabulary"] is v) for v in (True, False))
+    assert on["terms"]["mean"] >= 1 and on["exemplars"]["mean"] > 0  # 5 classes x winner, partner
+    for x in (on, off):
+        for k in ("holds_keyword", "opens_with_keyword", "keyword_alone", "distinct"):
+            assert 0 <= x[k]["mean"] <= 1, k
+        assert x["opens_with_keyword"]["mean"] <= x["holds_keyword"]["mean"]
+        assert x["placeholders"]["mean"] == 0
+    assert "| dataset | vocabulary | releases | released keywords |" in out.read_text()

@@ -188,3 +188,6 @@ def test_a_keyword_topics_text_starts_with_its_released_keyword(llm):
     alone = [text.rstrip(".,;!") == word for text, word in keyword]
     assert sum(alone) <= s.fallbacks and not all(alone)
     assert all(text == word for (text, word), a in zip(keyword, alone, strict=True) if a)
+    f = SCHEMA.field(TEXT)  # the writer's own check says so: a kept text is more than its opening
+    assert all(dec.acceptable(f, text, word) is (not a)
+               for (text, word), a in zip(keyword, alone, strict=True))

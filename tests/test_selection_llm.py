@@ -69,3 +69,28 @@ def test_release_with_llm_candidates(tmp_path, capfd):
     blobs = [out, err, json.dumps(doc)] + [p.read_text(errors="replace")
                                            for p in cfg.out.rglob("*") if p.is_file()]
     assert not any("wombat-7713" in b or "PCANARY7" in b for b in blobs)
+
+
+@pytest.mark.slow
+def test_llm_candidates_of_a_keyword_topic_open_with_its_keyword(llm):
+    """Issue 31 item 4: with a DP keyword vocabulary released earlier in the run, a
+    candidate of a keyword topic opens with the topic's released keyword and the LLM writes
+    on from it, so the DP-selected exemplars are about the domain's own words."""
+    from dataclasses import replace
+
+    from test_hybrid_decoder import TEXT, _phrase_released
+    from test_model_decoder import SCHEMA
+
+    from release.selection.candidates import LLMSource
+
+    released, vocab = _phrase_released("keywords")
+    counts = released.view.counts
+    topics = replace(counts.topics[TEXT],  # no "other": every candidate has a keyword topic
+                     dp_counts_by_class=tuple((30, 30, 0) for _ in SCHEMA.classes))
+    source = LLMSource(SCHEMA, llm, seed=3)
+    source.use_counts(replace(counts, topics={TEXT: topics}))
+    texts = [r[TEXT] for r in source.generate(class_value=1, positives=[], negatives=[],
+                                              hints=None, n=8)]
+    assert all(t.startswith(vocab.phrases) for t in texts), texts
+    assert any(t not in vocab.phrases for t in texts), texts  # the LLM wrote on past them
+    assert source.describe()["text"]["written"] >= 1

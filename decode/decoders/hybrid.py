@@ -37,7 +37,7 @@ from decode.decoders.llm import CHUNK, POSITIVES, LLMDecoder, chunk_seed
 from decode.decoders.model import ModelDecoder
 from decode.decoders.registry import DecoderSpec, register
 from decode.released import Released
-from selpe_audit.artifact.model_block import DP_VOCABULARY
+from selpe_audit.artifact.model_block import DP_VOCABULARY, Topics
 from selpe_audit.artifact.sampling import topic_text
 from selpe_audit.llm import prompts
 from selpe_audit.llm.config import GenerationConfig, derive_seed
@@ -88,9 +88,10 @@ class HybridDecoder:
                 "topic_texts": TOPIC_TEXTS, "paraphrase_phrases": self.paraphrase_phrases,
                 "prompt_templates_sha256": prompts.templates_digest()}
 
-    def acceptable(self, f: Field, text: str) -> bool | None:
-        """True: keep; False: a placeholder; None: outside the field's length limits."""
-        return self.writer.acceptable(f, text)
+    def acceptable(self, f: Field, text: str, opening: str = "") -> bool | None:
+        """True: keep; False: a placeholder, an echo or its opening alone; None: outside
+        the field's length limits."""
+        return self.writer.acceptable(f, text, opening)
 
     def generate(self, class_value: Any, start: int, total: int,
                  on_record: Callable[[dict[str, Any]], None]) -> None:
@@ -123,13 +124,18 @@ class HybridDecoder:
             self.writer.write(f, class_value, examples, drafts, base)
         return [values for _, values, _ in drawn]
 
+    def _dp_vocabulary(self, f: Field, topics: dict[str, int]) -> Topics | None:
+        """The field's released DP vocabulary when the record has a topic in it, else None."""
+        vocab = self.released.topics.get(f.name)
+        return vocab if vocab is not None and vocab.source == DP_VOCABULARY and \
+            f.name in topics else None
+
     def _keeps_released_phrase(self, f: Field, values: dict[str, Any],
                                topics: dict[str, int]) -> bool:
         """Whether the record keeps the released phrase the model gave it (not "other", and
         the phrase fits the field), the LLM writing nothing for it."""
-        vocab = self.released.topics.get(f.name)
-        if self.paraphrase_phrases or vocab is None or vocab.source != DP_VOCABULARY or \
-                vocab.kind != "phrases" or f.name not in topics:
+        vocab = self._dp_vocabulary(f, topics)
+        if self.paraphrase_phrases or vocab is None or vocab.kind != "phrases":
             return False
         return values[f.name] == topic_text(vocab, topics[f.name], f)
 
@@ -140,9 +146,8 @@ class HybridDecoder:
         the 270M model did in 15 % of review drafts (three attempts each); shown it in the
         topic line as well, it closed the quote right after it in most. So such a draft has
         no topic line and must go on past its opening. "other" and phrases open with nothing."""
-        vocab = self.released.topics.get(f.name)
-        if vocab is None or vocab.source != DP_VOCABULARY or vocab.kind == "phrases" or \
-                f.name not in topics or topics[f.name] == len(vocab.anchors) - 1:
+        vocab = self._dp_vocabulary(f, topics)
+        if vocab is None or vocab.kind == "phrases" or topics[f.name] == len(vocab.anchors) - 1:
             return ""
         return values[f.name]
 

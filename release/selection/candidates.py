@@ -77,9 +77,13 @@ class LLMSource:
     (`FieldSampler`, the rule decode's marginals decoder uses), and the LLM writes only its
     free text as a natural-language completion (`TextWriter`), with the class's earlier DP
     winners as few-shot examples (none in round 1); negatives and hints are not used then.
+    With a DP keyword vocabulary, a candidate of a keyword topic has a text that opens with
+    the topic's released keyword and the LLM writes on from it (as decode's hybrid decoder
+    does), so the selected exemplars are about what the release says the domain writes of.
     A placeholder or out-of-length text is resampled; a text still refused after
-    ``max_attempts`` is retried with a fresh base seed, up to `TEXT_ROUNDS` of them, and
-    then the release stops (`UserError`) rather than emit a placeholder.
+    ``max_attempts`` is retried with a fresh base seed, up to `TEXT_ROUNDS` of them; then a
+    keyword draft keeps its keyword alone, and any other draft stops the release
+    (`UserError`) rather than emit a placeholder.
     """
 
     def __init__(self, schema: Schema, llm: LLM, seed: int) -> None:
@@ -155,18 +159,25 @@ class LLMSource:
             drafts = []
             for i, r in enumerate(records):
                 topic = draw_topic(vocab, self.schema.classes.index(class_value), rng)
-                phrase = topic_text(vocab, topic, f) if vocab.kind == "phrases" else None
-                if phrase is not None:
-                    r[f.name] = phrase  # a released phrase, as it was released
-                else:  # "other" or a keyword topic: the LLM writes from its released terms
+                term = topic_text(vocab, topic, f)
+                if term is not None and vocab.kind == "phrases":
+                    r[f.name] = term  # a released phrase, as it was released
+                elif term is not None:  # a keyword topic: the text opens with its keyword
+                    drafts.append(Draft(i, r, (), opening=term))
+                else:  # "other": the LLM writes, shown released terms
                     drafts.append(Draft(i, r, list(vocab.anchors[topic].members[:3])))
+        for _ in range(TEXT_ROUNDS):
             if not drafts:
                 return
-        for _ in range(TEXT_ROUNDS):
             drafts = self.writer.write(f, class_value, examples, drafts,
                                        int(rng.integers(1 << 32)))
-            if not drafts:
-                return
+        # the LLM never wrote past a keyword opening: the record keeps the keyword alone (a
+        # released term, as the hybrid decoder's fallback); any other draft stops the release
+        kept = [d for d in drafts if d.opening and self.writer.acceptable(f, d.opening)]
+        for d in kept:
+            d.values[f.name] = d.opening
+        if len(kept) == len(drafts):
+            return
         raise UserError(
             f"LLM candidates: the model wrote no acceptable '{f.name}' text for class "
             f"{class_value} in {TEXT_ROUNDS * self.config.max_attempts} attempts (each a "

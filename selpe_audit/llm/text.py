@@ -119,13 +119,15 @@ class TextWriter:
         self.echo = field_echo(schema)
         self.stats = TextStats()
 
-    def acceptable(self, f: Field, text: str) -> bool | None:
-        """True: keep; False: a placeholder or an echo of the prompt's fields line; None:
-        outside the field's length limits."""
+    def acceptable(self, f: Field, text: str, opening: str = "") -> bool | None:
+        """True: keep; False: a placeholder, an echo of the prompt's fields line, or no
+        more than its ``opening`` (the draft's given first words); None: outside the field's
+        length limits."""
         if not f.min_length <= len(text) <= (f.max_length or len(text)):
             return None
         words = _words(text)
-        return bool(words) and words not in self.placeholders and not self.echo.search(text)
+        return bool(words) and words not in self.placeholders and \
+            not self.echo.search(text) and words != _words(opening)
 
     def write(self, f: Field, class_value: Any, examples: Sequence[dict[str, Any]],
               drafts: Sequence[Draft], base: int) -> list[Draft]:
@@ -163,7 +165,7 @@ class TextWriter:
         def on_done(req: Request, text: str, complete: bool) -> None:
             slot: int = req.tag
             written = " ".join((drafts[slot].opening + text.split('"')[0]).split())
-            ok = self.acceptable(f, written) and _words(written) != _words(drafts[slot].opening)
+            ok = self.acceptable(f, written, drafts[slot].opening)
             if ok:
                 drafts[slot].values[f.name] = written
                 kept.append(written)
