@@ -25,6 +25,20 @@ def test_placeholders_are_the_schemas_own_words():
     assert {"free text", "note", "colour", "red", "calm", "class"} <= words
 
 
+def test_a_text_of_only_the_fields_description_is_a_placeholder():
+    """The 270M model wrote "film critic's review" for a field described as "a film critic's
+    review sentence"; one such word, or a text with a word of its own, is a text."""
+    from selpe_audit.llm.text import only_described_words
+    from selpe_audit.schema import Field
+
+    f = Field(name="review", kind="text", json_type="string",
+              description="a film critic's review sentence")
+    for text in ("film critic's review", "A review sentence.", "critic's film"):
+        assert only_described_words(f, text), text
+    for text in ("film", "a dull film", "review of a film", "the critic's best film"):
+        assert not only_described_words(f, text), text
+
+
 def test_a_text_that_echoes_the_fields_line_is_refused():
     """The 270M model echoed its prompt ("film critic's review on film_has_plot: no"): a
     field's name with a colon, or an identifier joined by underscores, is refused."""

@@ -10,7 +10,8 @@ Per free-text field and class, the LLM continues a plain-completion prompt
 records) as a few-shot list, the draft's public topic texts (if any) and its fields, then an
 opening quote and the draft's *opening* (public words the text starts with, if any: a DP
 keyword topic's released keywords); the text ends at the closing quote. A text is kept when
-it fits the field's length limits, is not a placeholder (`placeholder_words`), does not echo
+it fits the field's length limits, is not a placeholder (`placeholder_words`,
+`only_described_words`), does not echo
 the fields line (`field_echo`) and goes on past its opening; otherwise it is resampled with
 the next attempt's seed. After ``max_attempts`` the draft is a *fallback*: its value is left
 as it was and it is handed back to the caller, who decides what it means (the hybrid decoder
@@ -79,6 +80,13 @@ def placeholder_words(schema: Schema) -> frozenset[str]:
     return frozenset(w for w in words if w)
 
 
+def only_described_words(f: Field, text: str) -> bool:
+    """Whether ``text`` is two or more words all taken from ``f``'s name and description:
+    the small model wrote "film critic's review" for "a film critic's review sentence"."""
+    words = _words(text).split()
+    return len(words) >= 2 and set(words) <= set(_words(f"{f.name} {f.description}").split())
+
+
 def field_echo(schema: Schema) -> re.Pattern[str]:
     """A text that echoes the prompt's fields line instead of writing: a field's name and a
     colon ("age: 54"), or an identifier joined by underscores ("film_plot", as field names
@@ -120,14 +128,16 @@ class TextWriter:
         self.stats = TextStats()
 
     def acceptable(self, f: Field, text: str, opening: str = "") -> bool | None:
-        """True: keep; False: a placeholder, an echo of the prompt's fields line, or no
-        more than its ``opening`` (the draft's given first words); None: outside the field's
-        length limits."""
+        """True: keep; False: a placeholder (the schema's own words, or only words of the
+        field's description), an echo of the prompt's fields line, or no more than its
+        ``opening`` (the draft's given first words); None: outside the field's length
+        limits."""
         if not f.min_length <= len(text) <= (f.max_length or len(text)):
             return None
         words = _words(text)
         return bool(words) and words not in self.placeholders and \
-            not self.echo.search(text) and words != _words(opening)
+            not only_described_words(f, text) and not self.echo.search(text) and \
+            words != _words(opening)
 
     def write(self, f: Field, class_value: Any, examples: Sequence[dict[str, Any]],
               drafts: Sequence[Draft], base: int) -> list[Draft]:
