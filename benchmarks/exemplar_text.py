@@ -30,7 +30,6 @@ one release each way (fewer members would release too few keywords to score agai
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -75,6 +74,7 @@ def _score(doc: dict[str, Any], field: str, vocab: list[str], placeholders: froz
            seconds: float) -> dict[str, Any]:
     """What the artifact's exemplar texts say of the domain (see module)."""
     from release.phrases import keywords, normalise
+    from selpe_audit.llm.text import plain_words
 
     sel = doc["selection"]
     texts = [str(rec[field]) for r in sel["rounds"] for c in r["classes"]
@@ -88,9 +88,6 @@ def _score(doc: dict[str, Any], field: str, vocab: list[str], placeholders: froz
         first = words(text)
         return any(first[:len(v.split())] == v.split() for v in released)
 
-    def plain(text: str) -> str:
-        return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
-
     n = len(texts)
     counters = sel["candidates"].get("text", {})
     return {"exemplars": n, "terms": len(vocab), "release_s": seconds,
@@ -98,7 +95,7 @@ def _score(doc: dict[str, Any], field: str, vocab: list[str], placeholders: froz
             "opens_with_keyword": sum(opens(t) for t in texts) / n,
             "keyword_alone": sum(normalise(t) in released for t in texts) / n,
             "distinct": len(set(texts)) / n,
-            "placeholders": sum(plain(t) in placeholders for t in texts) / n,
+            "placeholders": sum(plain_words(t) in placeholders for t in texts) / n,
             "copies": counters.get("copies", 0), "refused": counters.get("refused", 0),
             "written": counters.get("written", 0)}
 
@@ -158,18 +155,13 @@ def run(quick: bool = False) -> dict[str, Any]:
             "summary": _summary(results)}
 
 
-def _cell(r: dict[str, Any], key: str) -> str:
-    s = r[key]
-    if s["min"] == s["max"]:
-        return f"{s['mean']:.2f}"
-    return f"{s['mean']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
-
-
 COLUMNS = ("terms", "exemplars", "holds_keyword", "opens_with_keyword", "keyword_alone",
            "distinct", "placeholders", "release_s")
 
 
 def _table(results: list[dict[str, Any]]) -> str:
+    from benchmarks.text_vocabulary import _cell
+
     head = ("| dataset | vocabulary | releases | released keywords | exemplar texts | "
             "hold a released keyword | open with one | a keyword alone | distinct | "
             "placeholders | release s |")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import polars as pl
@@ -16,7 +15,7 @@ from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.demo.generator import generate_rows
-from selpe_audit.llm.text import placeholder_words
+from selpe_audit.llm.text import placeholder_words, plain_words
 from selpe_audit.schema import demo_schema_path, load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +59,7 @@ def test_release_with_llm_candidates(tmp_path, capfd):
                 for f in schema.by_kind("numeric"):
                     assert f.minimum <= rec[f.name] <= f.maximum
     texts = [w["chief_complaint"] for w in winners]
-    words = [" ".join(re.sub(r"[^0-9a-z]+", " ", t.lower()).split()) for t in texts]
+    words = [plain_words(t) for t in texts]
     assert all(w and w not in placeholders for w in words), texts
     assert len(set(texts)) >= 2, texts
     ledger = doc["ledger"]

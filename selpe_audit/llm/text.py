@@ -66,7 +66,9 @@ class TextStats(GenerationStats):
                 "copies": self.copies, "fallbacks": self.fallbacks}
 
 
-def _words(text: str) -> str:
+def plain_words(text: str) -> str:
+    """A text as the checks compare it: lower case, runs of anything but letters and digits
+    one space."""
     return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
 
 
@@ -75,16 +77,16 @@ def placeholder_words(schema: Schema) -> frozenset[str]:
     descriptions, enum values, and "free text" (all compared lower-case, words only)."""
     words = {"free text", "text", "none", "n a", "unknown", "not released"}
     for f in schema.record_fields:
-        words |= {_words(f.name), _words(f.description)}
-        words |= {_words(str(v)) for v in f.enum or ()}
+        words |= {plain_words(f.name), plain_words(f.description)}
+        words |= {plain_words(str(v)) for v in f.enum or ()}
     return frozenset(w for w in words if w)
 
 
 def only_described_words(f: Field, text: str) -> bool:
     """Whether ``text`` is two or more words all taken from ``f``'s name and description:
     the small model wrote "film critic's review" for "a film critic's review sentence"."""
-    words = _words(text).split()
-    return len(words) >= 2 and set(words) <= set(_words(f"{f.name} {f.description}").split())
+    words = plain_words(text).split()
+    return len(words) >= 2 and set(words) <= set(plain_words(f"{f.name} {f.description}").split())
 
 
 def field_echo(schema: Schema) -> re.Pattern[str]:
@@ -134,10 +136,10 @@ class TextWriter:
         limits."""
         if not f.min_length <= len(text) <= (f.max_length or len(text)):
             return None
-        words = _words(text)
+        words = plain_words(text)
         return bool(words) and words not in self.placeholders and \
             not only_described_words(f, text) and not self.echo.search(text) and \
-            words != _words(opening)
+            words != plain_words(opening)
 
     def write(self, f: Field, class_value: Any, examples: Sequence[dict[str, Any]],
               drafts: Sequence[Draft], base: int) -> list[Draft]:
@@ -145,7 +147,7 @@ class TextWriter:
         f, a); returns the fallbacks (drafts left unwritten), in draft order."""
         stats, cfg = TextStats(), self.config
         shown_texts = [" ".join(str(e[f.name]).split()) for e in examples if e.get(f.name)]
-        shown = {_words(t) for t in shown_texts}
+        shown = {plain_words(t) for t in shown_texts}
         tokens = functools.cache(lambda text: tuple(self.llm.tokenize(text)))
         kept: list[str] = []  # texts written in this call: not copied by later drafts
         engine = BatchEngine(self.llm, cfg, None, cfg.n_parallel, stats)
@@ -180,8 +182,8 @@ class TextWriter:
                 drafts[slot].values[f.name] = written
                 kept.append(written)
                 stats.records += 1
-                stats.copies += _words(written) in shown | {
-                    _words(t) for t in topic_of(drafts[slot])}
+                stats.copies += plain_words(written) in shown | {
+                    plain_words(t) for t in topic_of(drafts[slot])}
                 return
             stats.invalid += 1
             stats.placeholders += ok is False
