@@ -93,3 +93,27 @@ def test_llm_candidates_of_a_keyword_topic_open_with_its_keyword(llm):
     assert all(t.startswith(vocab.phrases) for t in texts), texts
     assert any(t not in vocab.phrases for t in texts), texts  # the LLM wrote on past them
     assert source.describe()["text"]["written"] >= 1
+
+
+@pytest.mark.slow
+def test_llm_candidates_of_the_other_topic_are_no_released_term(llm):
+    """An "other" candidate is written like decode's: real texts of that topic hold no
+    released keyword, so it is shown none and may not be one (the small model copied them)."""
+    from dataclasses import replace
+
+    from test_hybrid_decoder import TEXT, _phrase_released
+    from test_model_decoder import SCHEMA
+
+    from release.selection.candidates import LLMSource
+    from selpe_audit.llm.text import plain_words
+
+    released, vocab = _phrase_released("keywords")
+    counts = released.view.counts
+    topics = replace(counts.topics[TEXT],  # every candidate of the "other" topic
+                     dp_counts_by_class=tuple((0, 0, 30) for _ in SCHEMA.classes))
+    source = LLMSource(SCHEMA, llm, seed=3)
+    source.use_counts(replace(counts, topics={TEXT: topics}))
+    texts = [r[TEXT] for r in source.generate(class_value=1, positives=[], negatives=[],
+                                              hints=None, n=8)]
+    terms = {plain_words(t) for t in vocab.phrases}
+    assert texts and not any(plain_words(t) in terms for t in texts), texts

@@ -79,7 +79,9 @@ class LLMSource:
     winners as few-shot examples (none in round 1); negatives and hints are not used then.
     With a DP keyword vocabulary, a candidate of a keyword topic has a text that opens with
     the topic's released keyword and the LLM writes on from it (as decode's hybrid decoder
-    does), so the selected exemplars are about what the release says the domain writes of.
+    does), so the selected exemplars are about what the release says the domain writes of;
+    an "other" candidate's text may not be a released term (a keyword field's is shown none),
+    as in decode.
     A placeholder or out-of-length text is resampled; a text still refused after
     ``max_attempts`` is retried with a fresh base seed, up to `TEXT_ROUNDS` of them; then a
     keyword draft keeps its keyword alone, and any other draft stops the release
@@ -150,7 +152,7 @@ class LLMSource:
     def _write(self, f: Field, class_value: Any, examples: list[dict],
                records: list[dict], rng: np.random.Generator) -> None:
         """Field ``f``'s text of every record, or a `UserError` (see the class)."""
-        from selpe_audit.llm.text import Draft, example_hints
+        from selpe_audit.llm.text import Draft, example_hints, released_terms
 
         vocab = self.vocab.get(f.name)
         if vocab is None:
@@ -164,8 +166,9 @@ class LLMSource:
                     r[f.name] = term  # a released phrase, as it was released
                 elif term is not None:  # a keyword topic: the text opens with its keyword
                     drafts.append(Draft(i, r, (), opening=term))
-                else:  # "other": the LLM writes, shown released terms
-                    drafts.append(Draft(i, r, list(vocab.anchors[topic].members[:3])))
+                else:  # "other": no released term (a keyword field's is shown none)
+                    shown = vocab.anchors[topic].members[:3] if vocab.kind == "phrases" else ()
+                    drafts.append(Draft(i, r, shown, refused=released_terms(vocab)))
         for _ in range(TEXT_ROUNDS):
             if not drafts:
                 return

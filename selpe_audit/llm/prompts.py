@@ -67,7 +67,8 @@ _RULES = {
                    "public texts, or a few of the schema's example texts without a topic; a "
                    "shown text is not copied past its first tokens (engine.AVOID_SHARED); a "
                    "DP keyword topic's text opens with the record's released keywords, no "
-                   "topic line, and must go on past them",
+                   "topic line, and must go on past them; a DP vocabulary's \"other\" text "
+                   "is no released term, and a keyword field's is shown none",
 }
 
 

@@ -11,9 +11,10 @@ records) as a few-shot list, the draft's public topic texts (if any) and its fie
 opening quote and the draft's *opening* (public words the text starts with, if any: a DP
 keyword topic's released keywords); the text ends at the closing quote. A text is kept when
 it fits the field's length limits, is not a placeholder (`placeholder_words`,
-`only_described_words`), does not echo
-the fields line (`field_echo`) and goes on past its opening; otherwise it is resampled with
-the next attempt's seed. After ``max_attempts`` the draft is a *fallback*: its value is left
+`only_described_words`), does not echo the fields line (`field_echo`), goes on past its
+opening and is none of the draft's *refused* texts (a DP vocabulary's released terms, for a
+record of its "other" topic: `released_terms`); otherwise it is resampled with the next
+attempt's seed. After ``max_attempts`` the draft is a *fallback*: its value is left
 as it was and it is handed back to the caller, who decides what it means (the hybrid decoder
 keeps the topic's public text; the release retries with a fresh base seed and refuses after
 a cap, so a placeholder is never released).
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from selpe_audit.artifact.model_block import Topics
 from selpe_audit.llm import prompts
 from selpe_audit.llm.config import GenerationConfig, GenerationStats, derive_seed
 from selpe_audit.llm.engine import BatchEngine, Request
@@ -89,6 +91,12 @@ def only_described_words(f: Field, text: str) -> bool:
     return len(words) >= 2 and set(words) <= set(plain_words(f"{f.name} {f.description}").split())
 
 
+def released_terms(vocab: Topics) -> frozenset[str]:
+    """A DP vocabulary's released terms (every topic's text but "other"'s), as the checks
+    compare texts: no real text of the "other" topic is one of them, so no written one is."""
+    return frozenset(plain_words(a.text) for a in vocab.anchors[:-1])
+
+
 def field_echo(schema: Schema) -> re.Pattern[str]:
     """A text that echoes the prompt's fields line instead of writing: a field's name and a
     colon ("age: 54"), or an identifier joined by underscores ("film_plot", as field names
@@ -117,6 +125,7 @@ class Draft:
     values: dict[str, Any]              # its given fields; the text is written into it
     topic_texts: Sequence[str] = ()     # public texts shown in its prompt (up to TOPIC_TEXTS)
     opening: str = ""                   # public words its text starts with (see TextWriter)
+    refused: frozenset[str] = frozenset()  # texts it may not be (`plain_words`), see TextWriter
 
 
 class TextWriter:
@@ -129,17 +138,18 @@ class TextWriter:
         self.echo = field_echo(schema)
         self.stats = TextStats()
 
-    def acceptable(self, f: Field, text: str, opening: str = "") -> bool | None:
+    def acceptable(self, f: Field, text: str, opening: str = "",
+                   refused: frozenset[str] = frozenset()) -> bool | None:
         """True: keep; False: a placeholder (the schema's own words, or only words of the
-        field's description), an echo of the prompt's fields line, or no more than its
-        ``opening`` (the draft's given first words); None: outside the field's length
-        limits."""
+        field's description), an echo of the prompt's fields line, no more than its
+        ``opening`` (the draft's given first words) or one of its ``refused`` texts; None:
+        outside the field's length limits."""
         if not f.min_length <= len(text) <= (f.max_length or len(text)):
             return None
         words = plain_words(text)
         return bool(words) and words not in self.placeholders and \
             not only_described_words(f, text) and not self.echo.search(text) and \
-            words != plain_words(opening)
+            words != plain_words(opening) and words not in refused
 
     def write(self, f: Field, class_value: Any, examples: Sequence[dict[str, Any]],
               drafts: Sequence[Draft], base: int) -> list[Draft]:
@@ -177,7 +187,7 @@ class TextWriter:
         def on_done(req: Request, text: str, complete: bool) -> None:
             slot: int = req.tag
             written = " ".join((drafts[slot].opening + text.split('"')[0]).split())
-            ok = self.acceptable(f, written, drafts[slot].opening)
+            ok = self.acceptable(f, written, drafts[slot].opening, drafts[slot].refused)
             if ok:
                 drafts[slot].values[f.name] = written
                 kept.append(written)
