@@ -10,6 +10,7 @@ from test_model_decoder import SCHEMA, _doc, _released, opendp_release
 from decode.decoders.hybrid import HybridDecoder, placeholder_words
 from decode.decoders.model import ModelDecoder
 from selpe_audit.llm import prompts
+from selpe_audit.llm.text import plain_words, released_terms
 
 TEXT = "note"
 
@@ -166,15 +167,14 @@ def test_an_other_records_text_may_not_be_a_released_term(kind):
     were "film", held by 15 % of real reviews). So an "other" draft refuses every released
     term and, for keywords, is shown none; a phrase field's is shown phrases as the domain's
     style. A keyword topic's draft refuses nothing but its opening alone."""
-    from selpe_audit.llm.text import plain_words
-
     released, vocab = _phrase_released(kind)
     dec = HybridDecoder(released, None, seed=3)  # type: ignore[arg-type]  # drafts only
     f = SCHEMA.field(TEXT)
     values, _ = ModelDecoder(released, seed=3).draw(1, 0)
     other = dec._draft(f, 1, 0, dict(values), {TEXT: len(vocab.phrases)})
     assert other is not None and not other.opening
-    assert other.refused == {plain_words(t) for t in vocab.phrases}
+    assert other.refused == released_terms(released.topics[TEXT]) == {
+        plain_words(t) for t in vocab.phrases}
     assert bool(other.topic_texts) is (kind == "phrases")
     assert dec.acceptable(f, "Chest pain.", refused=other.refused) is False
     assert dec.acceptable(f, "chest pain since this morning", refused=other.refused) is True
@@ -231,7 +231,7 @@ def test_a_keyword_topics_text_starts_with_its_released_keyword(llm):
     f = SCHEMA.field(TEXT)  # the writer's own check says so: a kept text is more than its opening
     assert all(dec.acceptable(f, text, word) is (not a)
                for (text, word), a in zip(keyword, alone, strict=True))
-    terms = {t.lower() for t in vocab.phrases}
+    terms = released_terms(released.topics[TEXT])
     others = [rec[TEXT] for rec, (_, topics) in zip(out, drawn, strict=True)
               if topics[TEXT] == other]
-    assert sum(t.lower().rstrip(".") in terms for t in others) + sum(alone) <= s.fallbacks
+    assert sum(plain_words(t) in terms for t in others) + sum(alone) <= s.fallbacks
