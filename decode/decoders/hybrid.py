@@ -14,7 +14,7 @@ phrases only with ``paraphrase_phrases`` (off: measured to vary the text but car
 the label, `benchmarks.paraphrase`). A keyword topic's text opens with the record's released
 keywords, and the LLM writes on from them (`_opening`).
 An "other" record's text may not be a released term, and a keyword field's "other" record
-is shown none (`_draft`).
+is shown none (`selpe_audit.llm.text.other_draft`).
 A text is kept when it fits the field's length limits, is not a placeholder (the field's name
 or description, an enum value, "free text") or an echo of the fields line, goes on past
 its opening and is not refused; otherwise it is resampled, and after ``max_attempts`` the
@@ -50,6 +50,7 @@ from selpe_audit.llm.text import (
     TextStats,
     TextWriter,
     example_hints,
+    other_draft,
     placeholder_words,
     released_terms,
 )
@@ -73,6 +74,9 @@ class HybridDecoder:
         self.schema = released.schema
         self.text_fields = list(self.schema.by_kind("text"))
         self.writer = TextWriter(self.schema, llm, self.config)
+        self._released_terms = {name: released_terms(vocab)  # refused by "other" drafts
+                                for name, vocab in released.topics.items()
+                                if vocab.source == DP_VOCABULARY}
         self.validity = 1.0  # the fields are built valid; texts are checked before use
 
     @property
@@ -127,17 +131,15 @@ class HybridDecoder:
                topics: dict[str, int]) -> Draft | None:
         """What the LLM is given to write the record's text for ``f``; None when the record
         keeps its released phrase. A DP keyword topic's text opens with its keywords
-        (`_opening`); an "other" text may not be a released term (no real text of that topic
-        is one), and a keyword field's is shown none: shown three, the 270M model copied one,
-        so that 53 % of the reviews' texts were "film" (15 % of real reviews hold the word).
-        Any other draft is shown its topic's public texts (`_topic_texts`)."""
+        (`_opening`); an "other" text is `other_draft`'s. Any other draft is shown its
+        topic's public texts (`_topic_texts`)."""
         if self._keeps_released_phrase(f, values, topics):
             return None
         vocab = self._dp_vocabulary(f, topics)
         if vocab is not None and topics[f.name] == len(vocab.anchors) - 1:
-            shown = [] if vocab.kind == "keywords" else \
-                self._topic_texts(f, values, topics, class_value, index)
-            return Draft(index, values, shown, refused=released_terms(vocab))
+            return other_draft(index, values, vocab,
+                               self._topic_texts(f, values, topics, class_value, index),
+                               self._released_terms[f.name])
         opening = self._opening(f, values, topics)
         hints = [] if opening else self._topic_texts(f, values, topics, class_value, index)
         return Draft(index, values, hints, opening)
@@ -163,9 +165,10 @@ class HybridDecoder:
         of its topic (topic x label, topic x fields). Shown the keyword and left to use it,
         the 270M model did in 15 % of review drafts (three attempts each); shown it in the
         topic line as well, it closed the quote right after it in most. So such a draft has
-        no topic line and must go on past its opening. "other" and phrases open with nothing."""
+        no topic line and must go on past its opening. Phrases open with nothing ("other"
+        records are `other_draft`'s)."""
         vocab = self._dp_vocabulary(f, topics)
-        if vocab is None or vocab.kind == "phrases" or topics[f.name] == len(vocab.anchors) - 1:
+        if vocab is None or vocab.kind == "phrases":
             return ""
         return values[f.name]
 

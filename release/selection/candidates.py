@@ -152,13 +152,19 @@ class LLMSource:
     def _write(self, f: Field, class_value: Any, examples: list[dict],
                records: list[dict], rng: np.random.Generator) -> None:
         """Field ``f``'s text of every record, or a `UserError` (see the class)."""
-        from selpe_audit.llm.text import Draft, example_hints, released_terms
+        from selpe_audit.llm.text import (
+            TOPIC_TEXTS,
+            Draft,
+            example_hints,
+            other_draft,
+            released_terms,
+        )
 
         vocab = self.vocab.get(f.name)
         if vocab is None:
             drafts = [Draft(i, r, example_hints(f, rng)) for i, r in enumerate(records)]
         else:
-            drafts = []
+            drafts, refused = [], released_terms(vocab)
             for i, r in enumerate(records):
                 topic = draw_topic(vocab, self.schema.classes.index(class_value), rng)
                 term = topic_text(vocab, topic, f)
@@ -166,9 +172,10 @@ class LLMSource:
                     r[f.name] = term  # a released phrase, as it was released
                 elif term is not None:  # a keyword topic: the text opens with its keyword
                     drafts.append(Draft(i, r, (), opening=term))
-                else:  # "other": no released term (a keyword field's is shown none)
-                    shown = vocab.anchors[topic].members[:3] if vocab.kind == "phrases" else ()
-                    drafts.append(Draft(i, r, shown, refused=released_terms(vocab)))
+                else:  # "other"
+                    drafts.append(other_draft(i, r, vocab,
+                                              vocab.anchors[topic].members[:TOPIC_TEXTS],
+                                              refused))
         for _ in range(TEXT_ROUNDS):
             if not drafts:
                 return
