@@ -66,6 +66,19 @@ def test_copies_of_private_texts_are_near_copies_unless_public_explains_them():
     assert near["near_private_beyond_public"]["share"] == 1.0
 
 
+def test_a_near_copy_that_a_non_member_also_wrote_is_not_beyond_test():
+    """A member's text that a held-out (test) row holds too is common phrasing, not a
+    memorised text: near the private text, but not beyond test; the others are."""
+    train, test = _rows(80, 1), _rows(40, 2)
+    test[0]["note"] = train[0]["note"]
+    near = text_quality(SCHEMA, train[:10], train, test)["note"]["near_copies"]
+    assert near["near_private"] == {"count": 10, "share": 1.0}
+    assert near["near_private_beyond_test"] == {"count": 9, "share": 0.9}
+    near = text_quality(SCHEMA, train[:10], train, test,
+                        public={"note": [train[1]["note"]]})["note"]["near_copies"]
+    assert near["near_private_beyond_test"]["count"] == 8  # nor one a public text explains
+
+
 def test_fresh_texts_are_not_near_copies():
     train, test = _rows(80, 1), _rows(40, 2)
     near = text_quality(SCHEMA, _rows(50, 3), train, test)["note"]["near_copies"]
