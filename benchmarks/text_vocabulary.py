@@ -37,7 +37,8 @@ mean of three says more than one larger decode. Scored against the test rows:
   (both must be 0); and of those, the near-copies that are near no held-out real text either
   (a coincidence of common phrasing, which non-members write too, is near one).
 
-Reported: mean and range over the releases (demo 5, reviews 3, demo 20k and adult 1).
+Reported: mean and range over the releases (demo 5, reviews 3, demo 20k and adult 1; the
+llm decoder 3 each).
 ``--quick``: demo only, 1,500 / 600 rows, one release, no LLM.
 """
 
