@@ -107,6 +107,27 @@ def test_a_keyword_text_fills_its_slots_by_noisy_count_skipping_covered_words():
     assert back == v and back.codes("Chest pain and shortness of breath") == (0, 1, 3)
 
 
+def test_only_a_dp_vocabulary_has_an_other_topic_and_it_is_never_a_text():
+    """A DP vocabulary's last topic is "other" (no text is released for it); every topic of
+    a codebook of public anchors is a text."""
+    from release.phrases import OTHER, phrase_topics
+    from selpe_audit.artifact.model_block import TopicAnchor, Topics
+    from selpe_audit.artifact.sampling import topic_text
+    from selpe_audit.schema import load_schema
+
+    f = load_schema(demo_schema_path()).field("chief_complaint")
+    v = PhraseVocabulary("cc", "phrases", ("chest pain", "fever"), (90, 80), 1.0, 1e-6, 2.0,
+                         30, "laplace", 1)
+    vocab = phrase_topics(v)
+    assert vocab.other == 2 and vocab.anchors[vocab.other].text == OTHER
+    assert [a.text for a in vocab.released] == ["chest pain", "fever"]
+    assert [topic_text(vocab, j, f) for j in range(3)] == ["chest pain", "fever", None]
+    public = Topics(2, "public pool", (TopicAnchor("chest pain", ("chest pain",)),
+                                       TopicAnchor("fever", ("fever",))))
+    assert public.other is None and public.released == public.anchors
+    assert topic_text(public, 1, f) == "fever"
+
+
 @pytest.mark.parametrize("kw", [{"epsilon": 0.0}, {"delta": 0.0}, {"per_unit": 0}])
 def test_bad_settings_are_refused(kw):
     args = {"epsilon": 1.0, "delta": 1e-6, "per_unit": 1} | kw

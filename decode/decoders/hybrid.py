@@ -136,7 +136,7 @@ class HybridDecoder:
         if self._keeps_released_phrase(f, values, topics):
             return None
         vocab = self._dp_vocabulary(f, topics)
-        if vocab is not None and topics[f.name] == len(vocab.anchors) - 1:
+        if vocab is not None and topics[f.name] == vocab.other:
             return other_draft(index, values, vocab,
                                self._topic_texts(f, values, topics, class_value, index),
                                self._released_terms[f.name])

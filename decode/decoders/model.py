@@ -199,8 +199,8 @@ class ModelDecoder:
         fit the field (a slot's "other" cell is none). Slot 1 "other" - a text with no
         released keyword - is None: the caller draws a released term as for any "other"."""
         slots = self._slots[f.name]
-        anchors = self.released.topics[f.name].anchors
-        other = len(anchors) - 1
+        vocab = self.released.topics[f.name]
+        anchors, other = vocab.anchors, vocab.other
         if len(slots) < 2 or cells[slots[0]] == other:
             return None
         text = ""
@@ -214,7 +214,7 @@ class ModelDecoder:
     def topic_hints(self, field: str, topic: int, text: str) -> list[str]:
         """Public texts the LLM is shown for a record's topic: a keyword record's own
         released keywords (``text``, as the model wrote it), else the topic's members."""
-        if len(self._slots.get(field, ())) > 1 and topic != len(self._members[field]) - 1:
+        if len(self._slots.get(field, ())) > 1 and topic != self.released.topics[field].other:
             return [text]
         return self.topic_texts(field, topic)
 

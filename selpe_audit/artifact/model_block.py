@@ -166,6 +166,17 @@ class Topics:
         """Model columns of the field's topic (a keyword vocabulary: several)."""
         return self.phrases.slots if self.phrases is not None else 1
 
+    @property
+    def other(self) -> int | None:
+        """A DP vocabulary's "other" topic (its last: every text with no released term);
+        None for a codebook of public anchors, whose every topic is a text."""
+        return len(self.anchors) - 1 if self.source == DP_VOCABULARY else None
+
+    @property
+    def released(self) -> tuple[TopicAnchor, ...]:
+        """The topics that are texts: all but "other"."""
+        return self.anchors if self.other is None else self.anchors[:self.other]
+
 
 def parse_model(raw: Any) -> CountsModel | None:
     """``counts.model`` read tolerantly; None when the document has none."""

@@ -88,10 +88,9 @@ def draw_topic(vocab: Topics, class_index: int, rng: np.random.Generator) -> int
 
 
 def topic_text(vocab: Topics, topic: int, f: Field) -> str | None:
-    """A topic's released text when it is not "other" (the last topic) and fits the field."""
+    """A topic's released text when it is not "other" and fits the field."""
     text = vocab.anchors[topic].text
-    return text if topic < len(vocab.anchors) - 1 and \
-        f.min_length <= len(text) <= f.max_length else None
+    return text if topic != vocab.other and f.min_length <= len(text) <= f.max_length else None
 
 
 class FieldSampler:

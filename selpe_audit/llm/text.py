@@ -94,7 +94,7 @@ def only_described_words(f: Field, text: str) -> bool:
 def released_terms(vocab: Topics) -> frozenset[str]:
     """A DP vocabulary's released terms (every topic's text but "other"'s), as the checks
     compare texts: no real text of the "other" topic is one of them, so no written one is."""
-    return frozenset(plain_words(a.text) for a in vocab.anchors[:-1])
+    return frozenset(plain_words(a.text) for a in vocab.released)
 
 
 def field_echo(schema: Schema) -> re.Pattern[str]:

@@ -307,7 +307,7 @@ def _phrase_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
     for name, tp in view.counts.topics.items():
         if tp.source != DP_VOCABULARY:
             continue
-        for j, a in enumerate(tp.anchors[:-1]):  # the last is "other", not a text
+        for j, a in enumerate(tp.released):
             text = str(a.text)
             where = f"counts.topics.{name}, {tp.kind or 'phrase'} {j}"
             for pattern, match in personal_data_hits(text):
