@@ -222,8 +222,8 @@ def test_scale_benchmark_quick(tmp_path):
 @pytest.mark.slow
 def test_vocabulary_budget_quick(tmp_path):
     """The vocabulary's share of epsilon at smoke size, through the runner: a larger share
-    releases more keywords and raises the ceiling; every number is an AUC; the page has the
-    table."""
+    releases more keywords and raises the ceiling; more keywords per unit raise OpenDP's
+    threshold; every number is an AUC; the page has the tables."""
     out = _run_runner(tmp_path, "vocabulary_budget")
     r = json.loads(out.with_suffix(".json").read_text())["vocabulary_budget"]["result"]
     by_share = {x["decoder"]: x for x in r["results"]}
@@ -234,6 +234,13 @@ def test_vocabulary_budget_quick(tmp_path):
         assert 0.5 < x["text_tstr_real"]["mean"] <= 1  # the demo's text tells the acuity
         assert 0.5 < x["record_blanked"]["lr"]["mean"] <= 1
     assert "| dataset | phrase_share, keyword_slots |" in out.read_text()
+    ceiling = {c["per_unit"]: c for c in r["ceiling"]}
+    assert sorted(ceiling) == [1, 4] and all(c["share"] == 0.2 for c in ceiling.values())
+    # four keywords a unit: OpenDP's threshold rises with what one unit may change
+    assert ceiling[4]["threshold"]["mean"] > ceiling[1]["threshold"]["mean"]
+    for c in ceiling.values():
+        assert 0.5 <= c["ceiling"]["mean"] <= c["real"]["mean"] <= 1
+    assert "| keywords per unit |" in out.read_text()
 
 
 @pytest.mark.slow
