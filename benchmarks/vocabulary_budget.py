@@ -46,6 +46,7 @@ CEILING_SHARES = (0.2, 0.4, 0.6, 1.0)
 #: (share, keywords_per_unit) of the ceiling part: one keyword per unit at every share, then
 #: more per unit where the default and the whole epsilon lie
 CEILING_GRID = (*((s, 1) for s in CEILING_SHARES), (0.2, 4), (1.0, 4))
+QUICK_CEILING_GRID = ((0.2, 1), (0.2, 4))
 DELTA = 5e-7  # half the counts' default delta (1e-6), as the release gives the vocabulary
 
 
@@ -113,8 +114,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                             extra={"phrase_share": share, "keyword_slots": slots})
                 lines += [{**g, "decoder": f"model, share {share:g}, slots {slots}"}
                           for g in got]
-            for share, per_unit in (CEILING_GRID[:1] + CEILING_GRID[-2:-1] if quick
-                                    else CEILING_GRID):
+            for share, per_unit in QUICK_CEILING_GRID if quick else CEILING_GRID:
                 for seed in range(1 if quick else 2):
                     ceilings.append(_ceiling(name, schema, members, test, person, share,
                                              per_unit, seed))
