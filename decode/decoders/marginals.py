@@ -53,9 +53,9 @@ def _released_terms(released: Released, f: Field) -> list[str]:
     """The field's DP-released phrases or keywords that fit its length limits (the members
     of its "other" topic), or none."""
     t = released.topics.get(f.name)
-    if t is None or t.source != DP_VOCABULARY or not t.anchors:
+    if t is None or t.other is None or not t.anchors:
         return []
-    return [m for m in t.anchors[-1].members if f.min_length <= len(m) <= f.max_length]
+    return [m for m in t.anchors[t.other].members if f.min_length <= len(m) <= f.max_length]
 
 
 def placeholder_text(f: Field) -> str:
