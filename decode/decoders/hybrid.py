@@ -130,17 +130,17 @@ class HybridDecoder:
     def _draft(self, f: Field, class_value: Any, index: int, values: dict[str, Any],
                topics: dict[str, int]) -> Draft | None:
         """What the LLM is given to write the record's text for ``f``; None when the record
-        keeps its released phrase. A DP keyword topic's text opens with its keywords
-        (`_opening`); an "other" text is `other_draft`'s. Any other draft is shown its
-        topic's public texts (`_topic_texts`)."""
-        if self._keeps_released_phrase(f, values, topics):
-            return None
+        keeps its released phrase (`_keeps_released_phrase`). A DP keyword topic's text opens
+        with its keywords (`_opening`); an "other" text is `other_draft`'s. Any other draft
+        is shown its topic's public texts (`_topic_texts`)."""
         vocab = self._dp_vocabulary(f, topics)
+        if vocab is not None and self._keeps_released_phrase(f, vocab, values, topics):
+            return None
         if vocab is not None and topics[f.name] == vocab.other:
             return other_draft(index, values, vocab,
                                self._topic_texts(f, values, topics, class_value, index),
                                self._released_terms[f.name])
-        opening = self._opening(f, values, topics)
+        opening = self._opening(vocab, values[f.name])
         hints = [] if opening else self._topic_texts(f, values, topics, class_value, index)
         return Draft(index, values, hints, opening)
 
@@ -150,27 +150,24 @@ class HybridDecoder:
         return vocab if vocab is not None and vocab.source == DP_VOCABULARY and \
             f.name in topics else None
 
-    def _keeps_released_phrase(self, f: Field, values: dict[str, Any],
+    def _keeps_released_phrase(self, f: Field, vocab: Topics, values: dict[str, Any],
                                topics: dict[str, int]) -> bool:
         """Whether the record keeps the released phrase the model gave it (not "other", and
         the phrase fits the field), the LLM writing nothing for it."""
-        vocab = self._dp_vocabulary(f, topics)
-        if self.paraphrase_phrases or vocab is None or vocab.kind != "phrases":
+        if self.paraphrase_phrases or vocab.kind != "phrases":
             return False
         return values[f.name] == topic_text(vocab, topics[f.name], f)
 
-    def _opening(self, f: Field, values: dict[str, Any], topics: dict[str, int]) -> str:
+    @staticmethod
+    def _opening(vocab: Topics | None, text: str) -> str:
         """A DP keyword topic's text opens with the record's released keyword(s), as the
-        model decoder wrote them, and the LLM writes on: the text keeps what the release says
-        of its topic (topic x label, topic x fields). Shown the keyword and left to use it,
-        the 270M model did in 15 % of review drafts (three attempts each); shown it in the
-        topic line as well, it closed the quote right after it in most. So such a draft has
-        no topic line and must go on past its opening. Phrases open with nothing ("other"
-        records are `other_draft`'s)."""
-        vocab = self._dp_vocabulary(f, topics)
-        if vocab is None or vocab.kind == "phrases":
-            return ""
-        return values[f.name]
+        model decoder wrote them (``text``), and the LLM writes on: the text keeps what the
+        release says of its topic (topic x label, topic x fields). Shown the keyword and left
+        to use it, the 270M model did in 15 % of review drafts (three attempts each); shown
+        it in the topic line as well, it closed the quote right after it in most. So such a
+        draft has no topic line and must go on past its opening. Phrases open with nothing
+        ("other" records are `other_draft`'s)."""
+        return "" if vocab is None or vocab.kind == "phrases" else text
 
     def _topic_texts(self, f: Field, values: dict[str, Any], topics: dict[str, int],
                      class_value: Any, index: int) -> list[str]:
