@@ -24,7 +24,11 @@ mean of three says more than one larger decode. Scored against the test rows:
   a real sample of the same size;
 - record TSTR with the text and with the text blanked on every side
   (`audits.utility.evaluate_record_text`: one-hot + TF-IDF logistic regression, one-hot +
-  TF-IDF-SVD gradient boosting; the target: with text never worse than blanked);
+  TF-IDF-SVD gradient boosting; the target: with text never worse than blanked); and, to
+  tell a text's label signal from what the evaluator makes of any varied text, the same with
+  the synthetic texts shuffled across the rows (the texts kept, their link to the label
+  cut) and with real member texts attached at random (real domain text that says nothing
+  of the row's label);
 - the vocabulary's ceiling: text-only TSTR of the real sample's texts cut down to their
   released terms (no noise on how terms go with the label) - what any decoder that writes
   released terms can reach, and so how much of the gap to real text the vocabulary's
@@ -143,6 +147,8 @@ def _score(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
                            "real_record_blanked": record(blank(real), blank(test))}
     if not texts or doc is None:
         return out
+    out |= {"record_shuffled": record(_with_texts(syn, syn, texts, seed), test),
+            "record_label_free_real": record(_with_texts(syn, real, texts, seed), test)}
     name = texts[0].name
     topics = (doc["counts"].get("topics") or {}).get(name)
     vocab = [p["text"] for p in topics["phrases"]["phrases"]] if topics else []
@@ -170,6 +176,19 @@ def _score(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
             ("private_near_beyond_test_share", "near_private_beyond_test"))},
         "distinct_share": len(set(syn_texts)) / len(syn_texts),
     }
+
+
+def _with_texts(rows: list[dict], source: list[dict], texts: list[Any],
+                seed: int) -> list[dict]:
+    """``rows`` with their free texts taken from ``source`` in a seeded random order, so
+    that a text says nothing of its row's label: from the rows themselves (their own texts,
+    shuffled), what the evaluator gets from the texts with their label signal taken out;
+    from a real sample, what it gets from real domain text that carries none."""
+    import numpy as np
+
+    order = np.resize(np.random.default_rng([seed, 31]).permutation(len(source)), len(rows))
+    return [{**r, **{f.name: source[j][f.name] for f in texts}}
+            for r, j in zip(rows, order.tolist(), strict=True)]
 
 
 def _case(folder: Path, name: str, schema_path: Path, members: list[dict], test: list[dict],
@@ -292,7 +311,10 @@ def _summary(results: list[dict]) -> str:
         if r is not None:
             llm.append(f"{dataset} ({r['releases']} decodes) " + ", ".join(
                 f"{m.upper()} {r['record_with_text'][m]['mean']:.3f} with text against "
-                f"{r['record_blanked'][m]['mean']:.3f} blanked" for m in ("lr", "gb")))
+                f"{r['record_blanked'][m]['mean']:.3f} blanked, "
+                f"{r['record_shuffled'][m]['mean']:.3f} with its texts shuffled and "
+                f"{r['record_label_free_real'][m]['mean']:.3f} with real texts label-free"
+                for m in ("lr", "gb")))
 
     def worst(key: str) -> float:
         return max(r[key]["max"] for r in results if key in r)
@@ -314,10 +336,17 @@ def _cell(r: dict, key: str, sub: str | None = None) -> str:
         f"{v['mean']:.3f} ({v['min']:.3f}-{v['max']:.3f})"
 
 
+def _pair(r: dict, key: str) -> str:
+    """An "LR / GB" cell of means ("-" where the row has none)."""
+    v = r.get(key)
+    return "-" if v is None else f"{v['lr']['mean']:.3f} / {v['gb']['mean']:.3f}"
+
+
 def _table(results: list[dict]) -> str:
     head = ("| dataset | vocabulary | decoder | releases | terms | coverage | release s | "
             "text TSTR | ceiling | real text | LR with text | LR blanked | GB with text | "
-            "GB blanked | real LR with text / blanked | real GB with text / blanked | "
+            "GB blanked | LR / GB, texts shuffled | LR / GB, real texts label-free | "
+            "real LR with text / blanked | real GB with text / blanked | "
             "released terms | distinct | private copies | private near-copies | "
             "near-copies near no test text |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -338,7 +367,8 @@ def _table(results: list[dict]) -> str:
             cells("terms"), cells("coverage"), cells("release_s"),
             cells("text_tstr"), cells("text_tstr_ceiling"), cells("text_tstr_real"),
             cells("record_with_text", "lr"), cells("record_blanked", "lr"),
-            cells("record_with_text", "gb"), cells("record_blanked", "gb"), *real,
+            cells("record_with_text", "gb"), cells("record_blanked", "gb"),
+            _pair(r, "record_shuffled"), _pair(r, "record_label_free_real"), *real,
             cells("released_term_share"), cells("distinct_share"),
             cells("private_copy_share"), cells("private_near_share"),
             cells("private_near_beyond_test_share")]) + " |")

@@ -243,6 +243,23 @@ def test_vocabulary_budget_quick(tmp_path):
     assert "| keywords per unit |" in out.read_text()
 
 
+def test_text_vocabulary_quick(tmp_path):
+    """Issue 31's table at smoke size, through the runner: the vocabulary releases terms and
+    the model decoder writes only them; cutting the texts' link to the label changes nothing
+    where there is no text (vocabulary off) and every reference is an AUC."""
+    out = _run_runner(tmp_path, "text_vocabulary")
+    r = json.loads(out.with_suffix(".json").read_text())["text_vocabulary"]["result"]
+    rows = {(x["vocabulary"], x["decoder"]): x for x in r["results"]}
+    on, off = rows[(True, "model")], rows[(False, "model")]
+    assert on["terms"]["mean"] > 0 and on["released_term_share"]["mean"] == 1.0
+    assert on["private_copy_share"]["max"] == 0.0 and on["private_near_share"]["max"] == 0.0
+    for m in ("lr", "gb"):  # the "off" records' texts are all alike: shuffling moves none
+        assert off["record_shuffled"][m] == off["record_with_text"][m]
+        for key in ("record_shuffled", "record_label_free_real"):
+            assert 0.5 < on[key][m]["mean"] <= 1
+    assert "| LR / GB, texts shuffled | LR / GB, real texts label-free |" in out.read_text()
+
+
 @pytest.mark.slow
 def test_paraphrase_quick(tmp_path):
     """Item 5's measurement at smoke size, through the runner: a phrase field is released as
