@@ -67,7 +67,7 @@ def validity(table: PrivateTable) -> dict[str, Any]:
                            "strict": "satisfies the full JSON Schema of a record"}}
 
 
-def _tvds(schema: Schema, syn: Sequence[Row], real: Sequence[Row],
+def tvds(schema: Schema, syn: Sequence[Row], real: Sequence[Row],
           fields: Sequence[Field]) -> dict[str, Any]:
     def cats(rows: Sequence[Row], fs: Sequence[Field]) -> list[tuple[str, ...]]:
         return [tuple(category(f, r[f.name]) for f in fs) for r in rows]
@@ -94,14 +94,14 @@ def run_fidelity(schema: Schema, syn_table: PrivateTable, real: Sequence[Row]) -
     for c in schema.classes:
         s = [r for r in syn if r[schema.label] == c]
         q = [r for r in real if r[schema.label] == c]
-        per_class[str(c)] = _tvds(schema, s, q, [f for f in fields if f.name != schema.label])
+        per_class[str(c)] = tvds(schema, s, q, [f for f in fields if f.name != schema.label])
     return {
         "validity": validity(syn_table),
         "comparison": {"numeric": "public bins of the schema (x-bins)",
                        "categorical": "by value",
                        "text": f"coarse proxy: {TEXT_PROXY}",
                        "rows": "strictly valid synthetic rows vs. all real rows"},
-        "overall": _tvds(schema, syn, real, fields),
+        "overall": tvds(schema, syn, real, fields),
         "per_class": per_class,
     }
 

@@ -642,7 +642,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
               "columns": [c.name for c in cols], "calibrated_to_epsilon": eps_cal,
               "scale_factor": scale_factor, "delta": delta,
               **conversion_check(epsilon, delta)}
-    release_algorithm = model_mode.algorithm(cols, counts)
+    release_algorithm = model_mode.algorithm(cols, counts, None)
     if not isinstance(release_algorithm, CalibratedFixed):
         return _adaptive(model_mode, counts, cols, frames, priv_unit, slot, epsilon, common)
     keeper = _KeptFixed(queries=release_algorithm.queries, estimator=_no_fit)
@@ -724,7 +724,7 @@ def _adaptive(model_mode: ModelMode, counts: CountsConfig, cols: list[Any],
     claim (sqrt(2 rho) of the whole budget, selections included) bounds."""
     from opendp.mod import OpenDPException
     mode = counts.mode
-    alg = dataclasses.replace(model_mode.algorithm(cols, counts), estimator=_quick_fit)
+    alg = dataclasses.replace(model_mode.algorithm(cols, counts, None), estimator=_quick_fit)
     slot = working_slot(frames[0], priv_unit, cols, alg, slot)
     ctx = new_context(frames[0], priv_unit, [slot], measure="rho")
     query = table_query(ctx, priv_unit, cols, alg)

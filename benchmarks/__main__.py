@@ -147,7 +147,19 @@ def _counts_modes(quick: bool) -> dict[str, Any]:
     return counts_modes.run(quick)
 
 
+def _budget_parts(quick: bool) -> dict[str, Any]:
+    from benchmarks import budget_parts
+    return budget_parts.run(quick)
+
+
+def _small_tables(quick: bool) -> dict[str, Any]:
+    from benchmarks import small_tables
+    return small_tables.run(quick)
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
+    "small_tables": ("python -m benchmarks.small_tables", _small_tables),
+    "budget_parts": ("python -m benchmarks.budget_parts", _budget_parts),
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),
     "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),

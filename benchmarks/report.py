@@ -401,9 +401,14 @@ def _scale_plots(r: Result) -> list[Plot]:
     return [("seconds", "Seconds per stage against N, log-log", svg)]
 
 
+def _small_tables_plots(r: Result) -> list[Plot]:
+    from benchmarks.small_tables import plots
+    return plots(r)
+
+
 PLOTS: dict[str, Callable[[Result], list[Plot]]] = {
     "adult": _adult_plots, "triage": _triage_plots, "counts_modes": _counts_modes_plots,
-    "scale": _scale_plots,
+    "scale": _scale_plots, "small_tables": _small_tables_plots,
 }
 
 

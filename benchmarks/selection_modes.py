@@ -32,7 +32,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from audits.fidelity import _tvds
+from audits.fidelity import tvds
 from audits.utility import evaluate
 from release.config import SelectionConfig
 from release.dp import enable as enable_opendp
@@ -82,7 +82,7 @@ def _scores(schema: Schema, syn: list[dict], test: list[dict], embedder: Embedde
             seed: int) -> dict[str, float | None]:
     u = evaluate(schema, syn, test, embedder, seed)
     fields = [f for f in schema.record_fields if f.name != schema.label]
-    per_class = [_tvds(schema, [r for r in syn if r[schema.label] == c],
+    per_class = [tvds(schema, [r for r in syn if r[schema.label] == c],
                        [r for r in test if r[schema.label] == c], fields)
                  for c in schema.classes]
     return {"auc_tfidf": u["tfidf_logreg"]["macro_auc"],

@@ -18,8 +18,8 @@ Example (``examples/release.toml``)::
     [budget]
     epsilon = 2.0          # total for this release
     # delta = 1e-6         # only for the Gaussian selection modes (default 1e-6 there)
-    counts = 0.5           # shares of epsilon; they must sum to 1
-    selection = 0.5
+    counts = 1.0           # shares of epsilon; they must sum to 1 (default: counts only;
+    selection = 0.0        # selection buys exemplars for the LLM decoder's prompt)
     lifetime_epsilon = 10.0   # caps of a new dataset's ledger (fixed there; an existing
     lifetime_delta = 1e-5     # ledger's caps rise only by a signed 'selpe-audit ledger
                               # raise'); never above /etc/selpe-audit/installation.toml's
@@ -51,9 +51,9 @@ Example (``examples/release.toml``)::
     max_phrases = 64       # at most this many released phrases per field, largest first
     # deny = "phrases-deny.txt"  # a reviewer's rejected phrases/keywords, one per line: never
                            # released (its SHA-256 and size, not its lines, go in the artifact)
-    aim_rounds = 8         # aim: at most this many selected marginals
-    gamma = 0.2            # share of the counts budget for cohort counts
-    alpha = 0.2            # share for conditional rates
+    # aim_rounds = 8       # aim: at most this many rounds (left out: OpenDP's 16 a column)
+    # gamma = 0.2          # share of the counts budget for cohort counts (left out: one
+    # alpha = 0.2          # marginal's share each: 1 / (1 + fields + tables)); for rates
     n_min = 10             # suppress a rate whose noisy cell size is below this
 
     [[cohorts]]
@@ -103,16 +103,20 @@ from release.enclave_log import check_log_path, default_log_path
 from release.ledger import DEFAULT_LIFETIME_DELTA as DEFAULT_LIFETIME_DELTA  # re-exported
 from release.ledger import DEFAULT_LIFETIME_EPSILON as DEFAULT_LIFETIME_EPSILON
 from release.ledger import ledger_folder
+from release.phrases import term_kind
 from selpe_audit.artifact.counts_modes import DEFAULT_COUNTS_MODE, counts_modes, describe_counts
 from selpe_audit.artifact.modes import UTILITIES as UTILITIES  # re-exported
 from selpe_audit.artifact.modes import ModeDescriptor, describe, mode_names, modes, or_list
 from selpe_audit.errors import UserError
-from selpe_audit.schema import CohortRule, Schema
+from selpe_audit.schema import CohortRule, Field, Schema
 
 DEFAULT_EPSILON = 2.0
 DEFAULT_DELTA = 1e-6
 MAX_DELTA = 1e-3
 DEFAULT_TOPICS = 8
+#: model counts: a class x field cell is measured when its expected count reaches this many
+#: noise standard deviations (`release.counts.workload`; benchmarks.budget_parts measured it)
+SIGNAL_SIGMAS = 1.0
 
 
 def setting(default: Any = MISSING, help: str | None = None, *, flag: str | None = None,
@@ -172,9 +176,13 @@ class BudgetConfig:
         None, "the release's total delta, split over its zCDP parts (model counts modes, "
         f"Gaussian selection modes; default {DEFAULT_DELTA:g}); counts mode 'marginals' with "
         "selpe is pure epsilon-DP")
-    counts_share: float = setting(0.5, "share of epsilon for noisy counts; the rest goes to "
-                                       "selection (1 = counts only)")
-    selection_share: float = 0.5
+    # counts only by default: the default decoder (model) reads no exemplar, and half of
+    # epsilon on selection cost the records a third of their AUC above chance at 400 rows
+    # (docs/release.md, "What each part of the budget buys"; benchmarks.budget_parts)
+    counts_share: float = setting(1.0, "share of epsilon for noisy counts; the rest goes to "
+                                       "the SelPE selection of exemplars for the LLM decoder "
+                                       "(1 = counts only)")
+    selection_share: float = 0.0
     lifetime_epsilon: float | None = setting(
         None, "lifetime budget of a new dataset (default and maximum: the installation's, "
         f"{DEFAULT_LIFETIME_EPSILON:g} without /etc/selpe-audit/installation.toml); can only "
@@ -270,9 +278,13 @@ class CountsConfig:
     keyword_slots: int = 1
     max_phrases: int = 64
     deny: Path | None = None
-    aim_rounds: int = 8
-    gamma: float = 0.2
-    alpha: float = 0.2
+    aim_rounds: int | None = None  # None: OpenDP's, 16 per model column
+    signal_sigmas: float = setting(
+        SIGNAL_SIGMAS, "model counts: a class x field cell is measured when its expected count "
+        "reaches this many noise standard deviations (else bins are merged, or the field is "
+        "measured alone); 0 measures every field with the class over its public bins")
+    gamma: float | None = None  # None: sized, one marginal's share (`table_shares`)
+    alpha: float | None = None
     n_min: int = 10
     cohorts: tuple[Cohort, ...] = ()
     rates: tuple[RateSpec, ...] = ()
@@ -285,8 +297,10 @@ class CountsConfig:
         if not 0 < self.class_share < 1 or not 0 < self.topic_share < 1 - self.class_share:
             raise UserError("config: counts.class_share must be a share in (0, 1), and "
                             "counts.topic_share above 0 and below 1 - class_share")
+        if not (math.isfinite(self.signal_sigmas) and self.signal_sigmas >= 0):
+            raise UserError("config: counts.signal_sigmas must be a number >= 0")
         if (self.topics is not None and (self.topics < 0 or self.topics == 1)) \
-                or self.aim_rounds < 1:
+                or (self.aim_rounds is not None and self.aim_rounds < 1):
             raise UserError("config: counts.topics must be 0 (off) or >= 2, and "
                             "counts.aim_rounds >= 1")
         if not isinstance(self.phrases, bool):
@@ -296,20 +310,43 @@ class CountsConfig:
             raise UserError("config: counts.phrase_share must be a share in (0, 1), and "
                             "counts.phrases_per_unit, keywords_per_unit, keyword_slots and "
                             "max_phrases >= 1")
-        if not (0 <= self.gamma < 1 and 0 <= self.alpha < 1 and self.gamma + self.alpha < 1):
+        gamma, alpha = self.gamma or 0.0, self.alpha or 0.0
+        if not (0 <= gamma < 1 and 0 <= alpha < 1 and gamma + alpha < 1):
             raise UserError("config: counts.gamma and counts.alpha must be >= 0 with "
                             "gamma + alpha < 1 (the rest is for histograms)")
         if self.n_min < 0:
             raise UserError("config: counts.n_min must be >= 0")
-        if self.cohorts and self.gamma <= 0:
+        if self.cohorts and self.gamma is not None and self.gamma <= 0:
             raise UserError("config: counts.gamma must be > 0 when [[cohorts]] are configured "
-                            "(or remove the cohorts)")
-        if self.rates and self.alpha <= 0:
+                            "(or remove the cohorts, or leave gamma out for its sized share)")
+        if self.rates and self.alpha is not None and self.alpha <= 0:
             raise UserError("config: counts.alpha must be > 0 when [[rates]] are configured "
-                            "(or remove the rates)")
+                            "(or remove the rates, or leave alpha out for its sized share)")
         names = [c.name for c in self.cohorts]
         if len(set(names)) != len(names):
             raise UserError("config: cohort names must be unique")
+
+    def table_shares(self, schema: Schema) -> tuple[float, float]:
+        """(gamma, alpha): the counts' shares for the cohort table and the rates - as set,
+        or, left out, one marginal's share for the cohort table and for each rate: 1 / (the
+        class balance, one marginal per field, and these tables), so a table the steward
+        asks for costs the others what one more field would; 0 where none is configured."""
+        fields = sum(f.kind in ("categorical", "numeric") and f.name != schema.label
+                     for f in schema.record_fields)
+        tables = int(bool(self.cohorts)) + len(self.rates)
+        each = 1 / (1 + fields + tables)
+        gamma = (each if self.gamma is None else self.gamma) if self.cohorts else 0.0
+        alpha = (each * len(self.rates) if self.alpha is None else self.alpha) \
+            if self.rates else 0.0
+        return gamma, alpha
+
+    def terms(self, f: Field) -> tuple[str, int, int]:
+        """A free-text field's DP vocabulary: its kind (by the schema's maxLength), the terms
+        one unit counts for, and its topic columns (slots)."""
+        kind = term_kind(f.max_length)
+        if kind == "phrases":
+            return kind, self.phrases_per_unit, 1
+        return kind, self.keywords_per_unit, self.keyword_slots
 
     @property
     def is_model(self) -> bool:

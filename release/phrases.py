@@ -305,6 +305,16 @@ def phrase_measurement(frame: pl.LazyFrame, epsilon: float, delta: float,
     return ctx, _calibrated(ctx, query, epsilon, delta)
 
 
+def vocabulary_threshold(epsilon: float, delta: float, per_unit: int) -> int:
+    """OpenDP's release threshold of a vocabulary at (epsilon, delta) with ``per_unit``
+    terms per unit: public (it depends on neither the rows nor the texts), read off the
+    measurement built over one public dummy row."""
+    dummy = pl.DataFrame({_UNIT_COL: pl.Series([0], dtype=pl.UInt32),
+                          PHRASE_COL: ["-"]}).lazy()
+    _, measurement = phrase_measurement(dummy, epsilon, delta, per_unit)
+    return int(dp.summarize_polars_measurement(measurement)["threshold"][0])
+
+
 def _calibrated(ctx: dp.Context, query: Any, epsilon: float, delta: float) -> dp.Measurement:
     """The query's measurement at (epsilon, delta) from OpenDP's own map, without its
     generic binary search over the scale (~5 s): the Laplace count's epsilon is linear in

@@ -25,7 +25,7 @@ from release.counts import CountsBudget, CountsRows, measure
 from release.counts import get as counts_mode
 from release.counts.keys import UNIT_COL, derive_frame
 from release.counts.model import CONVERSION_ID, topic_col
-from release.dp.mechanisms import PrivacyUnit
+from release.dp.mechanisms import SIZE_CONSTRUCTOR, NoisyCount, PrivacyUnit, measure_size
 from release.enclave_log import EnclaveLog
 from release.installation import Installation, load_installation
 from release.ledger import LifetimeLedger, ledger_block
@@ -35,8 +35,8 @@ from release.phrases import (
     phrase_topics,
     read_denylist,
     release_phrases,
-    term_kind,
 )
+from release.plan import ReleasePlan, plan_release, size_epsilon, vocabulary_budget
 from release.private_data import PrivateTable, read_private_rows, source_description
 from release.selection import (
     PrivateClasses,
@@ -62,6 +62,9 @@ from selpe_audit.models import Models, shared
 from selpe_audit.review.page import write_review_html
 from selpe_audit.schema import Schema, load_schema
 
+SIZE_ACCOUNTANT = "a Context in pure epsilon-DP for the row count the plan is sized by"
+#: the ledger entry of the plan's row count
+SIZE_ID = "counts/rows"
 PHRASES_ACCOUNTANT = ("a Context in (epsilon, delta)-DP per free-text field's phrase "
                       "vocabulary (partition selection)")
 PURE_SELECTION_ACCOUNTANT = ("an adaptive compositor over the selection rounds, each "
@@ -154,12 +157,19 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     # From here on DP mechanisms run: the reservation stands whatever happens.
     t_counts = time.perf_counter()
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
-        coded = _coded_rows(cfg, schema, table.frame, unit, person_field, codebooks,
-                            embedder, log)
+        frame = derive_frame(table.frame, schema, cfg.counts, person_field).collect()
+        # the plan: one DP count of the rows, then each part sized from it and public facts
+        size = measure_size(frame.lazy(), unit, size_epsilon(cfg))
+        plan = plan_release(cfg, schema, size)
+        log.write(f"plan: about {plan.rows} rows; vocabularies: "
+                  f"{', '.join(plan.vocabulary_fields) or 'none'}")
+        coded = _coded_rows(cfg, schema, table.frame, frame, unit, person_field, codebooks,
+                            embedder, log, plan.vocabulary_fields)
+        del frame
         if source is None:  # counts only: the typed rows are not read again (2.3 GB at
             del table  # 10^7 rows, no longer under the counts' peak)
         entries, counts_block, total, total_delta = _measure_counts(cfg, schema, coded, unit,
-                                                                    codebooks)
+                                                                    codebooks, plan, size)
     log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.2f} s")
     selection, run = None, None
     if source is not None:
@@ -189,7 +199,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
                          counts_block, selection, total_delta,
                          run.accounting.mu if run is not None else None, lifetime,
-                         source_key=ledger.folder.key())
+                         source_key=ledger.folder.key(), plan=plan)
     path = write_release(cfg.out, doc, cfg.release_key)
     write_review_html(cfg.out, doc)
     ledger.finish(rid, "released", epsilon=total, delta=total_delta)
@@ -225,17 +235,18 @@ class CodedRows:
     topics: dict[str, int]
 
 
-def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, unit: PrivacyUnit,
-                person_field: str | None, codebooks: dict[str, Any],
-                embedder: Embedder | None, log: EnclaveLog) -> CodedRows:
-    """``rows`` (the private rows' typed frame) reduced to codes; in a model mode with free
-    text, each text's DP phrase vocabulary first (its time goes to ``log``)."""
-    frame = derive_frame(rows, schema, cfg.counts, person_field).collect()
+def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, frame: pl.DataFrame,
+                unit: PrivacyUnit, person_field: str | None, codebooks: dict[str, Any],
+                embedder: Embedder | None, log: EnclaveLog,
+                vocabulary_fields: tuple[str, ...]) -> CodedRows:
+    """``rows`` (the private rows' typed frame) as codes (``frame``: `derive_frame`'s); in a
+    model mode with free text, the DP phrase vocabulary of each of ``vocabulary_fields``
+    first (its time goes to ``log``)."""
     if not cfg.counts.is_model:
         return CodedRows(frame, [], {}, (0.0, 0.0), {})
     t0 = time.perf_counter()
     phrase_entries, vocab, spent = _release_phrases(
-        cfg, schema, rows, unit, frame[UNIT_COL] if person_field else None)
+        cfg, schema, rows, unit, frame[UNIT_COL] if person_field else None, vocabulary_fields)
     return_freed_memory()  # what OpenDP's phrase queries freed: not in the counts' peak
     topics = {name: len(cb.anchors) for name, cb in codebooks.items()}
     topics |= {name: v.k for name, v in vocab.items()}
@@ -255,20 +266,26 @@ def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, unit: Pr
 
 
 def _measure_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: PrivacyUnit,
-                    codebooks: dict[str, Any],
+                    codebooks: dict[str, Any], plan: ReleasePlan, size: NoisyCount,
                     ) -> tuple[list[LedgerEntry], dict, float, float]:
-    """The counts stage in the configured mode (`release.counts`), after the phrase
-    vocabularies: ledger entries, the artifact's counts block, and the (epsilon, delta)
-    OpenDP's maps give, the phrase vocabularies' included."""
+    """The counts stage in the configured mode (`release.counts`) with the plan's workload,
+    after the row count and the phrase vocabularies: ledger entries, the artifact's counts
+    block, and the (epsilon, delta) OpenDP's maps give, the count's and the vocabularies'
+    included."""
     vocab, spent = coded.vocab, coded.spent
     topic_records = {name: cb.to_record() for name, cb in codebooks.items()}
     topic_records |= {name: phrase_topics(v) for name, v in vocab.items()}
     rows = CountsRows(coded.frame, unit, coded.topics, {n: v.slots for n, v in vocab.items()},
-                      topic_records)
-    budget = CountsBudget(cfg.budget.counts_epsilon - spent[0], cfg.counts_delta - spent[1])
+                      topic_records, plan.workload)
+    budget = CountsBudget(cfg.budget.counts_epsilon - size.epsilon - spent[0],
+                          cfg.counts_delta - spent[1])
     out = measure(rows, schema, cfg.counts, budget)
-    return (coded.phrase_entries + out.entries, out.block, out.epsilon + spent[0],
-            out.delta + spent[1])
+    size_entry = LedgerEntry(
+        SIZE_ID, f"{size.mechanism} count of the rows, each person's cut to their bound: the "
+        "size the release's plan is sized by", SIZE_CONSTRUCTOR, size.scale, size.epsilon, 0.0,
+        "all rows", "sequential with the other count queries and the selection")
+    return ([size_entry, *coded.phrase_entries, *out.entries], out.block,
+            size.epsilon + out.epsilon + spent[0], out.delta + spent[1])
 
 
 def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary) -> list[pl.Series]:
@@ -287,26 +304,21 @@ def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary) -> list[pl.Series]:
 
 
 def _release_phrases(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
-                     unit: PrivacyUnit, ids: pl.Series | None,
+                     unit: PrivacyUnit, ids: pl.Series | None, fields: tuple[str, ...],
                      ) -> tuple[list[LedgerEntry], dict[str, PhraseVocabulary],
                                 tuple[float, float]]:
-    """The DP phrase vocabulary of each free-text field without a codebook, at
-    ``phrase_share`` of the counts' epsilon and half their delta, split evenly over the
-    fields; fields where OpenDP released no phrase get no topic column. ``ids``: each row's
-    unit code (person unit), else None. Returns the ledger entries, the vocabularies and the
-    (epsilon, delta) OpenDP reports spent."""
-    fields = cfg.phrase_fields(schema)
+    """The DP phrase vocabulary of each of ``fields`` (those the plan runs), each at its
+    `vocabulary_budget`; fields where OpenDP released no phrase get no topic column.
+    ``ids``: each row's unit code (person unit), else None. Returns the ledger entries, the
+    vocabularies and the (epsilon, delta) OpenDP reports spent."""
     if not fields:
         return [], {}, (0.0, 0.0)
     c = cfg.counts
-    eps = cfg.budget.counts_epsilon * c.phrase_share / len(fields)
-    delta = cfg.counts_delta / 2 / len(fields)
+    eps, delta = vocabulary_budget(cfg, len(cfg.phrase_fields(schema)))
     deny, deny_sha = read_denylist(c.deny) if c.deny is not None else (frozenset(), None)
     entries, vocab, spent = [], {}, [0.0, 0.0]
     for name in fields:
-        kind = term_kind(schema.field(name).max_length)
-        per_unit, slots = (c.phrases_per_unit, 1) if kind == "phrases" else \
-            (c.keywords_per_unit, c.keyword_slots)
+        kind, per_unit, slots = c.terms(schema.field(name))
         v = release_phrases(name, rows[name].cast(pl.String),
                             unit, ids, eps, delta, per_unit, c.max_phrases, kind, deny, slots)
         spent[0] += v.epsilon
@@ -391,15 +403,16 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                    selection: dict[str, Any] | None = None, total_delta: float = 0.0,
                    selection_mu: float | None = None,
                    lifetime: LifetimeStamp | None = None, *,
-                   source_key: bytes) -> dict[str, Any]:
+                   source_key: bytes, plan: ReleasePlan | None = None) -> dict[str, Any]:
     """The artifact's document; ``source_key``: the enclave secret that keys a database
-    query's HMAC (the ledger folder's key)."""
+    query's HMAC (the ledger folder's key); ``plan``: what the release sized to the table."""
     budget, counts_cfg = cfg.budget, cfg.counts
     unit = privacy_unit_block(cfg, schema, selection is not None)
     guarantees = derived_guarantees(total, total_delta, unit)
     if selection_mu is not None:
         guarantees = replace(guarantees, selection_gdp=gdp_interpretation(
             selection_mu, counts=counts_accounting(cfg, entries)))
+    vocabularies = plan.vocabulary_fields if plan is not None else cfg.phrase_fields(schema)
     caps = ((budget.lifetime_epsilon, budget.lifetime_delta) if lifetime is None else
             (lifetime.lifetime_epsilon, lifetime.lifetime_delta))
     budget_block = Budget(
@@ -409,12 +422,13 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                 "topic_share": (counts_cfg.topic_share if counts_cfg.mode == "fixed" and
                                 _has_topic_columns(counts) else 0.0),
                 "topics": cfg.topics,
-                "phrase_share": counts_cfg.phrase_share if cfg.phrase_fields(schema) else 0.0,
+                "phrase_share": counts_cfg.phrase_share if vocabularies else 0.0,
                 "delta": cfg.counts_delta,
-                "gamma": counts_cfg.gamma if counts_cfg.cohorts else 0.0,
-                "alpha": counts_cfg.alpha if counts_cfg.rates else 0.0,
+                "gamma": counts_cfg.table_shares(schema)[0],
+                "alpha": counts_cfg.table_shares(schema)[1],
                 "n_min": counts_cfg.n_min},
-        lifetime_epsilon=caps[0], lifetime_delta=caps[1], lifetime_ledger=lifetime)
+        lifetime_epsilon=caps[0], lifetime_delta=caps[1], lifetime_ledger=lifetime,
+        plan=plan.record if plan is not None else None)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -427,8 +441,8 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
         "release_key_id": release_key_id,
         "budget": json_form(budget_block),
         "ledger": ledger_block(entries, total,
-                               _accountant(cfg, schema, selection_mu, selection is not None),
-                               total_delta),
+                               _accountant(cfg, bool(vocabularies), selection_mu,
+                                           selection is not None), total_delta),
         "guarantees": json_form(guarantees),
         "counts": counts,
         "selection": selection,
@@ -451,18 +465,23 @@ def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:
     conv = next(e for e in counts if e.id == CONVERSION_ID)
     words = (f"rho-zCDP (rho {conv.rho:.4g}, which OpenDP converts to "
              f"({conv.epsilon:.4g}, {conv.delta:.3g})-DP)")
-    phrases = [e for e in counts if e.id != conv.id and e.accounting != "rho-zCDP"]
+    size = next((e for e in counts if e.id == SIZE_ID), None)
+    if size is not None:
+        words += f" plus the row count's pure epsilon {size.epsilon:.4g}"
+    phrases = [e for e in counts if e.id not in (conv.id, SIZE_ID)
+               and e.accounting != "rho-zCDP"]
     if phrases:
         words += (f" plus ({sum(e.epsilon for e in phrases):.4g}, "
                   f"{sum(e.delta for e in phrases):.3g})-DP phrase vocabularies")
     return words
 
 
-def _accountant(cfg: ReleaseConfig, schema: Schema, selection_mu: float | None,
+def _accountant(cfg: ReleaseConfig, vocabularies: bool, selection_mu: float | None,
                 selects: bool) -> str:
-    """How the ledger's entries add up, in words: the phrase vocabularies (if any), the
-    counts mode's own accountant, the selection's; the parts compose sequentially."""
-    parts = [PHRASES_ACCOUNTANT] if cfg.phrase_fields(schema) else []
+    """How the ledger's entries add up, in words: the plan's row count, the phrase
+    vocabularies (if any ran), the counts mode's own accountant, the selection's; the parts
+    compose sequentially."""
+    parts = [SIZE_ACCOUNTANT, *([PHRASES_ACCOUNTANT] if vocabularies else [])]
     parts.append(counts_mode(cfg.counts.mode).accountant)
     if selects:
         parts.append(GAUSSIAN_SELECTION_ACCOUNTANT if selection_mu is not None

@@ -8,6 +8,7 @@ of bin j are k in [lo, hi) below. A bin narrower than the grid step may hold non
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -17,17 +18,19 @@ from selpe_audit.schema import Field
 _EDGE_DECIMALS = 6
 
 
-def grid(f: Field, j: int) -> tuple[int, int]:
-    """Grid indices ``[lo, hi)`` of bin ``j`` of numeric field ``f`` (empty if lo >= hi)."""
+def grid(f: Field, j: int, edges: Sequence[float] | None = None) -> tuple[int, int]:
+    """Grid indices ``[lo, hi)`` of bin ``j`` of numeric field ``f`` (empty if lo >= hi);
+    ``edges``: the bins' edges when not the field's public ones (merged public bins)."""
+    edges = f.bins if edges is None else edges
     scale = 10 ** f.precision
-    a = round(f.bins[j] * scale, _EDGE_DECIMALS)
-    b = round(f.bins[j + 1] * scale, _EDGE_DECIMALS)
-    last = j == len(f.bins) - 2
+    a = round(edges[j] * scale, _EDGE_DECIMALS)
+    b = round(edges[j + 1] * scale, _EDGE_DECIMALS)
+    last = j == len(edges) - 2
     return math.ceil(a), (math.floor(b) + 1) if last else math.ceil(b)
 
 
-def grid_size(f: Field, j: int) -> int:
-    lo, hi = grid(f, j)
+def grid_size(f: Field, j: int, edges: Sequence[float] | None = None) -> int:
+    lo, hi = grid(f, j, edges)
     return max(0, hi - lo)
 
 

@@ -19,7 +19,7 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -72,9 +72,10 @@ class Field:
     def is_integer(self) -> bool:
         return self.json_type == "integer"
 
-    def bin_labels(self) -> list[str]:
-        """Public names of the histogram bins, e.g. ``[60, 80)`` and a closed last bin."""
-        edges = [_fmt(e) for e in self.bins]
+    def bin_labels(self, edges: Sequence[float] | None = None) -> list[str]:
+        """Public names of the histogram bins, e.g. ``[60, 80)`` and a closed last bin;
+        ``edges``: bins other than the public ones (public bins merged by the release)."""
+        edges = [_fmt(e) for e in (self.bins if edges is None else edges)]
         labels = [f"[{a}, {b})" for a, b in itertools.pairwise(edges)]
         labels[-1] = labels[-1][:-1] + "]"
         return labels
@@ -258,6 +259,11 @@ class CohortRule:
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def format_edges(edges: Sequence[float]) -> str:
+    """Bin edges as a reader writes them: ``[0, 45, 80, 105]``."""
+    return "[" + ", ".join(_fmt(e) for e in edges) + "]"
 
 
 # ----- loading ---------------------------------------------------------------------------

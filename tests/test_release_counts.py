@@ -7,7 +7,7 @@ import math
 import multiprocessing
 import re
 import subprocess
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,14 @@ import polars as pl
 import pytest
 from conftest import DEMO_SAMPLE, good_row, with_settings
 
-from release.config import Cohort, RateSpec, ReleaseConfig, load_config, mode_setting_owner
+from release.config import (
+    Cohort,
+    CountsConfig,
+    RateSpec,
+    ReleaseConfig,
+    load_config,
+    mode_setting_owner,
+)
 from release.counts.keys import derive_frame
 from release.counts.marginals import plan_queries
 from release.dp.mechanisms import PrivacyUnit, count_measurement, new_context
@@ -278,8 +285,9 @@ def test_example_configs_pass_checks(tmp_path, keys, demo_schema, name):
     assert len(commented) >= (8 if name == "release_selection.toml" else 1)
     p = tmp_path / "uncommented.toml"
     for line in commented:  # each commented setting alone, under its own section
-        section = ("budget" if line.startswith(("delta", "lifetime_delta", "lifetime_epsilon"))
-                   else "selection")
+        key = line.split(" = ")[0]
+        section = ("budget" if key in ("delta", "lifetime_delta", "lifetime_epsilon") else
+                   "counts" if key in {f.name for f in fields(CountsConfig)} else "selection")
         owner = mode_setting_owner(line.split(" = ")[0])
         p.write_text(example.read_text() + f"\n[selection.{owner}]\n{line}\n" if owner else
                      example.read_text().replace(f"[{section}]\n", f"[{section}]\n{line}\n"))

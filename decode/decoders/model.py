@@ -9,7 +9,8 @@ survive, which independent per-field draws lose. Per record of class c:
 - every model column takes its cell from the exact conditional chain (never OpenDP's null
   cell, never a numeric bin without a grid point);
 - a categorical field takes the cell's category; a numeric field a value drawn uniformly
-  from the bin's grid points (`selpe_audit.bins.grid`);
+  from the bin's grid points (`selpe_audit.bins.grid`; a bin the release merged from
+  public ones: all their grid points);
 - a free-text field with a topic column takes one of the topic's public member texts
   (uniformly; members outside the field's length limits are never used, and a topic with
   none is never drawn); a DP keyword field with several slot columns takes its slots'
@@ -79,10 +80,11 @@ class ModelDecoder:
         self._cdfs = {c: {f.name: np.cumsum(self._base.probs(c, f.name))
                           for f, how, col in self._plan if how == "cell" and col is None}
                       for c in released.classes}
-        # per numeric field: the first grid index and the grid points of every bin
-        self._grids = {f.name: tuple(np.array(v, dtype=np.int64) for v in zip(
-            *((lo, max(0, hi - lo)) for lo, hi in (grid(f, j) for j in range(len(f.bins) - 1))),
-            strict=True)) for f in self.schema.by_kind("numeric")}
+        # per numeric field: the first grid index and the grid points of every bin (the
+        # model column's: public bins, or public bins the release merged)
+        edges = {c.field: c.edges for c in block.columns if c.kind == "bins"}
+        self._grids = {f.name: _grid_arrays(f, edges.get(f.name) or f.bins)
+                       for f in self.schema.by_kind("numeric")}
         self._keyword_cache: dict[tuple[str, tuple[int, ...]], str | None] = {}
         self._last: tuple[Any, int, list[tuple[dict[str, Any], dict[str, int]]]] = (None, -1, [])
 
@@ -97,7 +99,7 @@ class ModelDecoder:
         cells = range(len(col.keys))
         if col.kind == "bins":
             f = self.schema.field(col.field)
-            return [j for j in cells if grid_size(f, j) > 0]
+            return [j for j in cells if grid_size(f, j, col.edges) > 0]
         if col.kind == "topic" and any(self._members[col.field]):
             return [j for j in cells if self._members[col.field][j]]
         return list(cells)
@@ -222,6 +224,13 @@ class ModelDecoder:
         """The public member texts of a topic that fit the field (anchor text first)."""
         return self._members[field][topic]
 
+
+
+def _grid_arrays(f: Field, edges: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin of ``edges``: its first grid index and its number of grid points."""
+    spans = [grid(f, j, edges) for j in range(len(edges) - 1)]
+    return (np.array([lo for lo, _ in spans], dtype=np.int64),
+            np.array([max(0, hi - lo) for lo, hi in spans], dtype=np.int64))
 
 
 def _model_summary(block: CountsModel) -> dict[str, Any]:

@@ -34,8 +34,7 @@ def plan_queries(schema: Schema, counts: CountsConfig, eps_c: float) -> list[Cou
     """The fixed, data-independent workload of count queries at ``eps_c`` and their
     epsilons: the class balance gets ``class_share`` of the histogram budget (so a small
     class is not zeroed by noise), the class-conditional histograms split the rest."""
-    gamma = counts.gamma if counts.cohorts else 0.0
-    alpha = counts.alpha if counts.rates else 0.0
+    gamma, alpha = counts.table_shares(schema)
     fields = [f for f in schema.record_fields if f.kind in ("categorical", "numeric")
               and f.name != schema.label]
     eps_tables = eps_c * (1 - gamma - alpha)

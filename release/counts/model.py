@@ -39,6 +39,7 @@ from release.counts.keys import (
     rate_queries,
 )
 from release.counts.registry import CountsBudget, CountsRows, MeasuredCounts, register
+from release.counts.workload import Workload, public_workload
 from release.dp.calibration import calibrate
 from release.dp.compat import mbi_helpers
 from release.dp.mechanisms import (
@@ -55,14 +56,17 @@ from selpe_audit.artifact import model_block as artifact_model
 from selpe_audit.artifact.counts_modes import AIM, FIXED, MST, CountsModeDescriptor
 from selpe_audit.artifact.model_block import TOPIC_PREFIX, Topics, topic_column
 from selpe_audit.artifact.records import ClassBalance, Histogram, LedgerEntry, json_form
+from selpe_audit.bins import grid_size
 from selpe_audit.errors import UserError
-from selpe_audit.schema import Schema
+from selpe_audit.schema import Field, Schema
 
 TABLE_ID = "counts/model"
 CONVERSION_ID = "counts/zcdp-to-approx-dp"
 ZCDP_ACCOUNTING = "rho-zCDP"
 #: AIM/MST get a slot a hair under theirs when their own accounting overruns by a ulp
 UPSTREAM_SLACK = 1e-9
+#: AIM's share of its budget for the 1-way marginal of every column (see `AIM_MODE`)
+AIM_ONEWAY_SPLIT = 1 / 16
 
 
 def topic_col(name: str, slot: int = 1) -> str:
@@ -81,44 +85,72 @@ class ModelColumn(artifact_model.ModelColumn):
 
 
 def model_columns(schema: Schema, topics: dict[str, int],
-                  slots: Mapping[str, int] | None = None) -> list[ModelColumn]:
-    """The class first, then every categorical or numeric field, then each text topic (a
+                  slots: Mapping[str, int] | None = None,
+                  workload: Workload | None = None) -> list[ModelColumn]:
+    """The class first, then every categorical or numeric field (a numeric one over the
+    workload's bins: its public bins, or adjacent ones merged), then each text topic (a
     keyword field: one per slot, ``slots[field]``)."""
+    workload = workload or public_workload(schema)
     cols = [ModelColumn(schema.label, schema.label, "class",
-                        tuple(str(c) for c in schema.classes), CLASS_COL)]
+                        tuple(str(c) for c in schema.classes), frame_col=CLASS_COL)]
     for f in schema.record_fields:
         if f.kind in ("categorical", "numeric") and f.name != schema.label:
+            planned = workload.field(f.name)
+            edges = planned.edges if planned is not None else None
+            merged = edges if edges is not None and tuple(edges) != tuple(f.bins) else None
             cols.append(ModelColumn(f.name, f.name,
                                     "categories" if f.kind == "categorical" else "bins",
-                                    tuple(public_values(f)), key_col(f.name)))
+                                    tuple(public_values(f) if f.kind == "categorical"
+                                          else f.bin_labels(merged)),
+                                    merged, frame_col=key_col(f.name)))
     for name, k in topics.items():
         cols.extend(ModelColumn(topic_column(name, s), name, "topic",
-                                tuple(str(j) for j in range(k)), topic_col(name, s))
+                                tuple(str(j) for j in range(k)), frame_col=topic_col(name, s))
                     for s in range(1, (slots or {}).get(name, 1) + 1))
     return cols
 
 
-def fixed_workload(cols: list[ModelColumn], class_share: float,
-                   topic_share: float) -> list[dp.mbi.Count]:
-    """The class balance and the class's 2-way marginal with every other column, weighted
-    so that the class balance gets ``class_share`` of the rho and the free-text topics
-    together ``topic_share`` (split evenly; without topics it goes to the fields), the
-    fields the rest, evenly (Fixed gives query i the scale ``scale / weight_i``, so its rho
-    is proportional to weight_i squared). A topic x class table has many cells, and the
-    text's label signal lives in it alone: an even split would leave it mostly noise."""
+def merged_codes(schema: Schema, cols: list[ModelColumn]) -> list[pl.Expr]:
+    """The private frame's public-bin codes of each numeric column with merged bins, as
+    codes of the merged bins (a function of each row's own code)."""
+    out = []
+    for c in cols:
+        if c.kind == "bins" and c.edges is not None:
+            f = schema.field(c.field)
+            groups = [sum(e <= f.bins[j] for e in c.edges[1:-1]) for j in range(len(f.bins) - 1)]
+            out.append(pl.col(c.frame_col).replace_strict(
+                list(range(len(groups))), groups, return_dtype=pl.UInt32))
+    return out
+
+
+def fixed_workload(cols: list[ModelColumn], class_share: float, topic_share: float,
+                   workload: Workload | None = None) -> list[dp.mbi.Count]:
+    """The class balance, the class's 2-way marginal with every topic and every field the
+    workload measures with the class, and the 1-way marginal of each field it measures
+    alone, weighted so that the class balance gets ``class_share`` of the rho and the
+    free-text topics together ``topic_share`` (split evenly; without topics it goes to the
+    fields), the fields the rest, a field alone 1 / classes of a field with the class (Fixed
+    gives query i the scale ``scale / weight_i``, so its rho is proportional to weight_i
+    squared). A topic x class table has many cells, and the text's label signal lives in it
+    alone: an even split would leave it mostly noise."""
     label, others = cols[0].frame_col, cols[1:]
     if not others:
         return [dp.mbi.Count((label,))]
-    n_topics = sum(c.kind == "topic" for c in others)
-    n_fields = len(others) - n_topics
-    if n_topics and n_fields:
-        topic_rho, field_rho = topic_share / n_topics, (1 - class_share - topic_share) / n_fields
-    else:  # one kind of column: it gets all but the class's share, evenly
-        topic_rho = field_rho = (1 - class_share) / len(others)
-    rho = [topic_rho if c.kind == "topic" else field_rho for c in others]  # shares of rho
+    alone = {f.field for f in workload.fields if f.margin == "one-way"} if workload else set()
+    one_way = 1 / len(cols[0].keys)
+    weight = [one_way if c.field in alone else 1.0 for c in others]
+    topics = [c.kind == "topic" for c in others]
+    n_topics = sum(topics)
+    fields_weight = sum(w for w, t in zip(weight, topics, strict=True) if not t)
+    if n_topics and fields_weight:
+        rho = [topic_share / n_topics if t else (1 - class_share - topic_share) * w /
+               fields_weight for w, t in zip(weight, topics, strict=True)]
+    else:  # one kind of column: it gets all but the class's share
+        rho = [(1 - class_share) * w / sum(weight) for w in weight]
     unit = min(rho)
     return [dp.mbi.Count((label,), weight=math.sqrt(class_share / unit)),
-            *(dp.mbi.Count((label, c.frame_col), weight=math.sqrt(r / unit))
+            *(dp.mbi.Count((c.frame_col,) if c.field in alone else (label, c.frame_col),
+                           weight=math.sqrt(r / unit))
               for c, r in zip(others, rho, strict=True))]
 
 
@@ -178,13 +210,12 @@ class ModelRelease:
 def release_model(mode: ModelMode, rows: CountsRows, schema: Schema, counts: CountsConfig,
                   cols: list[ModelColumn], budget: CountsBudget) -> ModelRelease:
     """Every count of the release through one OpenDP Context in rho-zCDP, at ``budget``."""
-    gamma = counts.gamma if counts.cohorts else 0.0
-    alpha = counts.alpha if counts.rates else 0.0
+    gamma, alpha = counts.table_shares(schema)
     (rho,) = zcdp_budget(budget.epsilon, budget.delta, [1.0])
     others = ([cohort_query(schema, counts, rho * gamma)] if counts.cohorts else []) + \
         rate_queries(schema, counts, rho * alpha)
-    frame, unit = rows.frame.lazy(), rows.unit
-    algo = mode.algorithm(cols, counts)
+    frame, unit = rows.frame.lazy().with_columns(merged_codes(schema, cols)), rows.unit
+    algo = mode.algorithm(cols, counts, rows.workload)
     table_slot = rho * (1 - gamma - alpha)
     if mode.adaptive:
         table_slot = working_slot(frame, unit, cols, algo, table_slot)
@@ -292,9 +323,12 @@ def counts_section(schema: Schema, counts: CountsConfig, cols: list[ModelColumn]
                 topics[c.field] = replace(topics[c.field], dp_counts_by_class=by_class)
             continue
         f = schema.field(c.field)
+        if c.edges is not None:  # merged bins: spread over the public ones (decode's draw)
+            by_class = tuple(public_bins(f, c.edges, row) for row in proj)
         histograms[c.field] = Histogram(
-            TABLE_ID, c.kind, tuple(f.enum) if f.kind == "categorical" else tuple(c.keys),
-            by_class, edges=None if f.kind == "categorical" else tuple(f.bins),
+            TABLE_ID, c.kind, tuple(f.enum) if f.kind == "categorical" else
+            tuple(f.bin_labels()), by_class,
+            edges=None if f.kind == "categorical" else tuple(f.bins),
             stddev=_std(table, (label, c.frame_col)))
     balance_rec = ClassBalance(TABLE_ID, tuple(schema.classes),
                                tuple(round(float(v)) for v in balance),
@@ -304,6 +338,17 @@ def counts_section(schema: Schema, counts: CountsConfig, cols: list[ModelColumn]
             "model": model_block(counts.mode, cols, rel),
             **({"topics": {k: json_form(t) for k, t in topics.items()}} if topics else {}),
             **cohort_and_rate_blocks(schema, counts, {r.id: r for r in rel.others})}
+
+
+def public_bins(f: Field, edges: tuple[float, ...], counts: Any) -> tuple[int, ...]:
+    """Counts over merged bins (``edges``) spread over the field's public bins in proportion
+    to their grid points, as decode draws a value uniformly in a merged bin."""
+    out = []
+    for j in range(len(f.bins) - 1):
+        k = sum(e <= f.bins[j] for e in edges[1:-1])  # the merged bin holding public bin j
+        total = grid_size(f, k, edges)
+        out.append(round(float(counts[k]) * grid_size(f, j) / total) if total else 0)
+    return tuple(out)
 
 
 def _std(table: Any, attrs: tuple[str, ...]) -> float | None:
@@ -347,7 +392,8 @@ class ModelMode:
     #: AIM and MST: their own accounting can overrun by a ulp (`working_slot`)
     adaptive: bool
     #: the mode's ``dp.mbi`` algorithm over the model's columns, from the [counts] settings
-    algorithm: Callable[[list[ModelColumn], CountsConfig], dp.mbi.Algorithm]
+    #: and the planned workload (`release.counts.workload`)
+    algorithm: Callable[[list[ModelColumn], CountsConfig, Workload | None], dp.mbi.Algorithm]
     accountant: str = (
         "a Context compositor in zero-concentrated DP over every count query (the "
         "contingency table's marginals, cohorts, rates: rho adds up), whose total rho "
@@ -357,20 +403,26 @@ class ModelMode:
 
     def measure(self, rows: CountsRows, schema: Schema, counts: CountsConfig,
                 budget: CountsBudget) -> MeasuredCounts:
-        cols = model_columns(schema, dict(rows.topics), rows.slots)
+        cols = model_columns(schema, dict(rows.topics), rows.slots, rows.workload)
         rel = release_model(self, rows, schema, counts, cols, budget)
         block = counts_section(schema, counts, cols, rel, dict(rows.topic_blocks))
         return MeasuredCounts(ledger_entries(self, cols, rel), block, rel.epsilon, rel.delta)
 
 
-def _workload(cols: list[ModelColumn], counts: CountsConfig) -> list[dp.mbi.Count]:
-    return fixed_workload(cols, counts.class_share, counts.topic_share)
+def _workload(cols: list[ModelColumn], counts: CountsConfig,
+              workload: Workload | None) -> list[dp.mbi.Count]:
+    return fixed_workload(cols, counts.class_share, counts.topic_share, workload)
 
 
-#: Fixed: the class balance and the class's 2-way marginal with every column (CoRTeC's)
-FIXED_MODE = register(ModelMode(FIXED, "Fixed", False,
-                                lambda cols, c: CalibratedFixed(queries=_workload(cols, c))))
-#: AIM: the Fixed workload as its candidates, rounds bounded so it finishes in minutes
-AIM_MODE = register(ModelMode(AIM, "AIM", True, lambda cols, c: dp.mbi.AIM(
-    queries=_workload(cols, c), rounds=c.aim_rounds)))
-MST_MODE = register(ModelMode(MST, "MST", True, lambda cols, c: dp.mbi.MST()))
+#: Fixed: the class balance and the class's 2-way marginal with every column the planned
+#: workload measures with it (CoRTeC's), the 1-way marginal of the others
+FIXED_MODE = register(ModelMode(FIXED, "Fixed", False, lambda cols, c, w: CalibratedFixed(
+    queries=_workload(cols, c, w))))
+#: AIM: the Fixed workload as its candidates. OpenDP's AIM spends half its budget on the
+#: 1-way marginal of every column unless told otherwise; the AIM paper (and smartnoise's)
+#: spends about one round's worth on each (1/16 of the budget at 16 rounds per column), and
+#: 8 rounds left it too few to anneal: on the demo's 400 rows the gap fell from 0.34 / 0.32
+#: (0.5 and 8 rounds) to 0.13 / 0.13 (docs/release.md, "Counts modes")
+AIM_MODE = register(ModelMode(AIM, "AIM", True, lambda cols, c, w: dp.mbi.AIM(
+    queries=_workload(cols, c, w), oneway_split=AIM_ONEWAY_SPLIT, rounds=c.aim_rounds)))
+MST_MODE = register(ModelMode(MST, "MST", True, lambda cols, c, w: dp.mbi.MST()))

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from release.config import CountsConfig
+from release.counts.workload import Workload
 from release.dp.mechanisms import PrivacyUnit
 from selpe_audit.artifact.counts_modes import (
     CountsModeDescriptor,
@@ -49,13 +50,16 @@ class CountsRows:
     (class, fields' categories or bins, cohort, outcomes, topics) and the unit code
     (`release.counts.keys.derive_frame`), the privacy unit, and the free-text topic columns
     a model mode adds (``topics``: topics per text field, ``slots``: columns per field,
-    ``topic_blocks``: the artifact's ``counts.topics``)."""
+    ``topic_blocks``: the artifact's ``counts.topics``) and the planned workload."""
 
     frame: pl.DataFrame
     unit: PrivacyUnit
     topics: Mapping[str, int] = field(default_factory=dict)
     slots: Mapping[str, int] = field(default_factory=dict)
     topic_blocks: Mapping[str, Topics] = field(default_factory=dict)
+    #: the release's planned workload (`release.counts.workload`; None: every field with the
+    #: class over its public bins)
+    workload: Workload | None = None
 
 
 @dataclass(frozen=True)

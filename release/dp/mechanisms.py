@@ -164,6 +164,40 @@ def measure_count(ctx: dp.Context, unit: PrivacyUnit, q: CountQuery) -> NoisyCou
         epsilon=float(measurement.map(ctx.d_in)), scope=q.scope, composition=q.composition)
 
 
+@dataclass(frozen=True)
+class NoisyCount:
+    """One noisy number and its OpenDP accounting."""
+
+    value: int
+    mechanism: str
+    scale: float
+    epsilon: float
+
+
+SIZE_CONSTRUCTOR = "opendp.extras.polars: select(dp.len())"
+
+
+def measure_size(priv_frame: pl.LazyFrame, unit: PrivacyUnit, epsilon: float) -> NoisyCount:
+    """The number of rows after each person's rows are cut to their bound, released with
+    OpenDP's integer Laplace at ``epsilon`` (pure DP) through a Context of its own: what
+    the release's plan is sized by."""
+    names = priv_frame.collect_schema().names()
+    frame = priv_frame.select(unit.id_field if unit.id_field is not None else names[0])
+    ctx = new_context(frame, unit, [epsilon])
+    plan = polars_plan(unit.bounded(ctx.query()).select(dp.len(signed=True).alias(COUNT_COLUMN)))
+    domain, metric = ctx.accountant.input_space
+
+    def make(scale: float) -> dp.Measurement:
+        return dp.m.make_private_lazyframe(domain, metric, ctx.accountant.output_measure,
+                                           lazyframe=plan, global_scale=scale)
+
+    measurement = calibrate(make, ctx.d_in, float(ctx.d_mids[0]))[0]
+    summary = dp.summarize_polars_measurement(measurement)
+    value = int(ctx(measurement).collect()[COUNT_COLUMN][0])
+    return NoisyCount(value, str(summary["distribution"][0]), float(summary["scale"][0]),
+                      float(measurement.map(ctx.d_in)))
+
+
 def new_context(priv_frame: pl.LazyFrame, unit: PrivacyUnit, budgets: list[float],
                 measure: str = "epsilon") -> dp.Context:
     """A compositor over a frame of u32 key codes (and the unit codes, if any);

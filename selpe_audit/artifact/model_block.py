@@ -11,6 +11,7 @@ into its one-line `UserError`. Every value here is a DP output or public.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ class ModelColumn:
     field: str
     kind: Literal["class", "categories", "bins", "topic"]
     keys: Annotated[tuple[Any, ...], Field(min_length=1)]
+    #: a "bins" column's edges when the release merged adjacent public bins (none: the
+    #: schema's own bins)
+    edges: tuple[float, ...] | None = None
 
     @property
     def cells(self) -> int:
@@ -191,6 +195,16 @@ def parse_topics(raw: Any) -> dict[str, Topics]:
     return {name: t for name, v in raw.items() if (t := parse(Topics, v)) is not None}
 
 
+def merged_edges(public: tuple[float, ...], edges: tuple[float, ...] | None) -> bool:
+    """Whether ``edges`` (None: the public ones) are public bins merged: a subsequence of
+    the public edges, in order, from the first to the last, with at least one bin."""
+    if edges is None:
+        return True
+    return (len(edges) >= 2 and edges[0] == public[0] and edges[-1] == public[-1]
+            and all(e in public for e in edges)
+            and all(a < b for a, b in itertools.pairwise(edges)))
+
+
 def check_model_shape(model: CountsModel) -> None:
     """What rebuilding the model needs, without a schema: unique columns, and every marginal
     over known columns with one integer per cell and a positive standard deviation."""
@@ -228,7 +242,8 @@ def check_model(model: CountsModel, schema: Schema, topics: Mapping[str, Topics]
         elif c.kind == "categories":
             ok = f.kind == "categorical" and c.keys == tuple(str(v) for v in f.enum)
         elif c.kind == "bins":
-            ok = f.kind == "numeric" and c.keys == tuple(f.bin_labels())
+            ok = f.kind == "numeric" and merged_edges(f.bins, c.edges) and \
+                c.keys == tuple(f.bin_labels(c.edges))
         else:
             t = topics.get(f.name)
             ok = (f.kind == "text" and t is not None and

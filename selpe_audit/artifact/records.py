@@ -151,8 +151,37 @@ class LifetimeStamp:
 
 
 @dataclass(frozen=True)
+class PlanChoice:
+    """One choice the release made from public facts and its DP row count, and why."""
+
+    __pydantic_config__ = OPEN
+
+    part: str
+    choice: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """``budget.plan``: what the release sized to the table before its other counts ran
+    (`release.plan`): the DP count of rows it read (``rows``; its epsilon and noise scale are
+    also a ledger entry), the Gaussian standard deviation a class x field cell was planned
+    with, the rule's threshold in standard deviations, and each choice with its reason."""
+
+    __pydantic_config__ = OPEN
+
+    rows: Annotated[int, Field(ge=0)]
+    rows_epsilon: NonNegative
+    rows_scale: NonNegative
+    cell_stddev: NonNegative
+    signal_sigmas: NonNegative
+    choices: tuple[PlanChoice, ...]
+
+
+@dataclass(frozen=True)
 class Budget:
-    """The release's budget, its split, each part's settings and the lifetime caps."""
+    """The release's budget, its split, each part's settings, the plan that sized them to
+    the table, and the lifetime caps."""
 
     __pydantic_config__ = OPEN
 
@@ -163,6 +192,7 @@ class Budget:
     lifetime_epsilon: Positive | None = None
     lifetime_delta: Probability | None = None
     lifetime_ledger: LifetimeStamp | None = None
+    plan: Plan | None = None
 
 
 @dataclass(frozen=True)

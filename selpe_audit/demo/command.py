@@ -38,8 +38,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llm-n", type=int, default=20,
                    help="synthetic records to decode with the default LLM as well (about 1 "
                         "record/s on 2 CPU cores; 0 = skip)")
+    p.add_argument("--selection", action="store_true",
+                   help="spend half of epsilon on the SelPE selection of exemplars (for the "
+                        "LLM decoder's prompt; the default spends it all on the counts)")
     p.add_argument("--llm-candidates", action="store_true",
-                   help="generate the release's selection candidates with the LLM instead of "
+                   help="with --selection: generate the candidates with the LLM instead of "
                         "the public demo pool (much slower on a CPU)")
     p.add_argument("--keep", action="store_true", help="keep an existing output folder")
 
@@ -52,8 +55,8 @@ def _demo_ledger(out: Path) -> list[str]:
         "--lifetime-ledger", str(out / "enclave-ledger")]
 
 
-def steps(out: Path, epsilon: float, n: int, llm_n: int,
-          llm_candidates: bool = False) -> list[tuple[str, list[str]]]:
+def steps(out: Path, epsilon: float, n: int, llm_n: int, llm_candidates: bool = False,
+          selection: bool = False) -> list[tuple[str, list[str]]]:
     """The demo as the command lines a steward, reviewer, analyst and auditor would run."""
     keys, art = out / "keys", out / "release"
     schema = str(demo_schema_path())
@@ -68,6 +71,7 @@ def steps(out: Path, epsilon: float, n: int, llm_n: int,
             "--data", str(DATA), "--schema", schema, "--out", str(art),
             "--key", str(keys / "release.pem"), "--epsilon", str(epsilon),
             *_demo_ledger(out),
+            *(["--counts-share", "0.5"] if selection or llm_candidates else []),
             *([] if llm_candidates else ["--candidates", str(out / "candidate_pool.jsonl")])]),
         ("review", ["review", str(art), "--release-key", str(keys / "release.pub.pem")]),
         ("approve", ["approve", str(art), "--key", str(keys / "reviewer.pem"),
@@ -102,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
         json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
         for r in generate_rows(300, seed=2)))
     parser = build_parser(load_commands())
-    run = steps(out, args.epsilon, args.n, args.llm_n, args.llm_candidates)
+    run = steps(out, args.epsilon, args.n, args.llm_n, args.llm_candidates, args.selection)
     con.print(f"[bold]selpe-audit demo[/]: {len(run)} steps on the fictional demo data; each "
               f"step's full output goes to {out}/logs/")
     for i, (title, argv) in enumerate(run, 1):

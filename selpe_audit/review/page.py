@@ -43,6 +43,8 @@ from selpe_audit.review.view import (
     model_summary,
     noise_scale,
     personal_data_hits,
+    plan_rows,
+    plan_summary,
     record_layout,
     review_warnings,
     shown_extra,
@@ -111,7 +113,8 @@ def _header(doc: dict[str, Any]) -> str:
 def _nav(view: ReleaseView, n_warnings: int) -> str:
     items = [("summary", "Summary"), ("signatures", "Signatures"),
              ("warnings", f"Warnings ({n_warnings})"), ("guarantees", "Guarantees"),
-             ("ledger", "Ledger"), ("counts", "Noisy counts")]
+             ("ledger", "Ledger"), *([("plan", "Plan")] if plan_rows(view) else []),
+             ("counts", "Noisy counts")]
     if view.counts.model is not None:
         items.append(("model", "Counts model"))
     if view.counts.topics:
@@ -142,7 +145,7 @@ def _summary(view: ReleaseView) -> str:
                *((f"share: {k}", v) for k, v in split.items()),
                *((f"counts: {k}", v) for k, v in as_dict(budget.get("counts")).items()),
                *((k, v) for k, v in budget.items()
-                 if k not in {"epsilon", "delta", "split", "counts"})])
+                 if k not in {"epsilon", "delta", "split", "counts", "plan"})])
     tools = _kv(sorted(as_dict(doc.get("tool")).items()))
     return _section("summary", "Summary",
                     f'<div class="tiles">{tile_html}</div><div class="grid3">'
@@ -217,6 +220,16 @@ def _accounting(e: LedgerEntry) -> str:
     extra = [f"{k} {fmt_value(v)}" for k, v in (("rho", e.rho), ("mu", e.mu))
              if isinstance(v, int | float)]
     return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _plan(view: ReleaseView) -> str:
+    """What the release sized to the table, each choice with its reason."""
+    rows = plan_rows(view)
+    if not rows:
+        return ""
+    return _section("plan", "Plan", f"<p>{_e(plan_summary(view) or '')}</p>"
+                    + _table(["part", "choice", "reason"],
+                             [[_e(v) for v in row] for row in rows]))
 
 
 def _ledger(view: ReleaseView) -> str:
@@ -488,7 +501,7 @@ def render_review_html(doc: dict[str, Any],
     if signature_status is not None:
         warnings = signature_warnings(view, signature_status, release_key_id) + warnings
     body = (_summary(view) + _signatures(signature_status) + _warnings(warnings)
-            + _guarantees(view) + _ledger(view) + _counts(view) + _model(view)
+            + _guarantees(view) + _ledger(view) + _plan(view) + _counts(view) + _model(view)
             + _topics(view) + _selection(view)
             + _schema(view))
     return html_page(

@@ -55,6 +55,8 @@ from selpe_audit.review.view import (
     marginal_title,
     model_summary,
     noise_scale,
+    plan_rows,
+    plan_summary,
     record_layout,
     review_warnings,
     shown_extra,
@@ -107,11 +109,26 @@ def _summary_table(view: ReleaseView, sha: str) -> Table:
             ("release key id", view.release_key_id)]
     rows += unit_rows(view)
     rows += [(f"budget: {k}", v if not isinstance(v, dict) else _json(v))
-             for k, v in view.budget.items()]
+             for k, v in view.budget.items() if k != "plan"]
     rows += [("versions", ", ".join(f"{k} {v}" for k, v in
                                     sorted(as_dict(doc.get("tool")).items())))]
     for k, v in rows:
         t.add_row(_t(k), _t(v))
+    return t
+
+
+def _plan_table(view: ReleaseView) -> Table | None:
+    """What the release sized to the table, each choice with its reason."""
+    rows = plan_rows(view)
+    if not rows:
+        return None
+    t = Table(title=Text("plan (from public facts and one DP count of the rows)"),
+              title_justify="left")
+    for col in ("part", "choice", "reason"):
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*(_t(v) for v in row))
+    t.caption = Text(display_text(plan_summary(view) or ""))
     return t
 
 
@@ -370,6 +387,8 @@ def _review(args: argparse.Namespace) -> int:
     if warnings:
         con.print(Text(f"{len(warnings)} warning(s): at the end", "bold yellow"))
     con.print(_ledger_table(view))
+    if (plan := _plan_table(view)) is not None:
+        con.print(plan)
     con.print(_guarantees(view))
     for part in [*_counts(view), *_exemplars(view)]:
         con.print(part)

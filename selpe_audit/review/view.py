@@ -25,6 +25,7 @@ from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import RELEASE_FILE
 from selpe_audit.artifact.guarantees import group_warning, protects
 from selpe_audit.artifact.model_block import DP_VOCABULARY, CountsModel, ModelMarginal
+from selpe_audit.artifact.records import Plan, parse
 from selpe_audit.artifact.signing import SIGNATURES_DIR, key_id, load_public_key
 from selpe_audit.artifact.view import Exemplar, ReleaseView, as_dict
 
@@ -208,6 +209,25 @@ def _schema_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
                             "does not match the schema in release.json: decoders that check "
                             "the hash will refuse it, and the schema shown may not be the one "
                             "the release used")
+
+
+def plan_summary(view: ReleaseView) -> str | None:
+    """The plan in one line: the DP row count it was sized by and its noise (None: the
+    artifact states no plan)."""
+    plan = parse(Plan, view.budget.get("plan"))
+    if plan is None:
+        return None
+    return (f"sized to about {plan.rows} rows (a DP count at epsilon "
+            f"{fmt_value(plan.rows_epsilon)}, noise scale {fmt_value(plan.rows_scale)}); a "
+            f"class x field cell was planned with noise {fmt_value(plan.cell_stddev)} and "
+            f"measured when its expected count reaches {fmt_value(plan.signal_sigmas)} of "
+            "that")
+
+
+def plan_rows(view: ReleaseView) -> list[tuple[str, str, str]]:
+    """Each choice of the release's plan: (part, choice, reason)."""
+    plan = parse(Plan, view.budget.get("plan"))
+    return [] if plan is None else [(c.part, c.choice, c.reason) for c in plan.choices]
 
 
 def unit_rows(view: ReleaseView) -> list[tuple[str, Any]]:

@@ -1,0 +1,179 @@
+"""What each part of the release buys the decoded records and their text, at four table sizes.
+
+    python -m benchmarks.budget_parts [--quick] [--json FILE]
+
+The demo generator's rows (n = 400, 1,000, 3,000, 20,000 members; 2,000 other rows as the
+test set), released at epsilon 2 on the default path (`release --data --schema`: the
+bundled schema, the person unit by its ``x-id``, one row per person), decoded by the
+``model`` decoder (as many rows as members). Each part's epsilon against what the same
+epsilon buys when the counts get it:
+
+- ``default``: the release's defaults (the plan sizes the parts to the table; no selection);
+- ``+ selection``: half of epsilon on the SelPE selection of exemplars among LLM candidates
+  (the split the release had before the plan);
+- ``vocabulary forced`` / ``vocabulary off``: the DP keyword vocabulary run whatever the
+  plan says (`release.plan.TERM_SHARE` 0), and not at all;
+- ``public bins``: every field with the class over its public bins (``signal_sigmas`` 0:
+  the workload before sizing);
+- ``+ cohorts, rates``: the demo configuration's two cohorts and one rate (gamma and alpha
+  0.2 of the counts);
+- ``before``: the release as it was before the plan (half on selection, the vocabulary
+  whatever the table's size, public bins).
+
+Scored against the test rows: record TSTR gaps to a same-size real sample with the text
+blanked (`benchmarks.common.record_gaps`: LR and gradient boosting), what the synthetic text
+adds to its records' AUC (with the text minus blanked: never below 0), text-only
+TSTR (`audits.text_quality.text_tstr`), 1-way and 2-way TVD (`audits.fidelity.tvds`). And,
+on the default and ``+ selection`` releases at 400 and 3,000 rows, the ``llm`` decoder's
+text-only TSTR (`LLM_ROWS` rows; the bundled model on the CPU): what the exemplars buy the
+LLM's text.
+
+Reported: mean and range over `RELEASES` per size. ``--quick``: 400 and 1,000 rows, one
+release each, the default, ``+ selection`` and ``before``, no LLM.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks import command
+from benchmarks.common import aggregate, cell, decode, record_gaps, release
+from release.dp import enable as enable_opendp
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+EPSILON = 2.0
+SIZES = (400, 1_000, 3_000, 20_000)
+RELEASES = {400: 8, 1_000: 6, 3_000: 4, 20_000: 2}
+TEST_ROWS = 2_000
+LLM_SIZES = (400, 3_000)
+LLM_ROWS = 200
+LLM_RELEASES = 2
+SELECTION = {"counts_share": 0.5, "selection_share": 0.5}
+COHORTS_AND_RATES = "cohorts_and_rates"  # the demo configuration's [[cohorts]] and [[rates]]
+#: name -> (settings, vocabulary forced)
+CONFIGS: dict[str, tuple[dict[str, Any], bool]] = {
+    "default": ({}, False),
+    "+ selection": (SELECTION, False),
+    "vocabulary forced": ({}, True),
+    "vocabulary off": ({"phrases": False}, False),
+    "public bins": ({"signal_sigmas": 0.0}, False),
+    "+ cohorts, rates": ({COHORTS_AND_RATES: True}, False),
+    "before": ({**SELECTION, "signal_sigmas": 0.0}, True),
+}
+QUICK_CONFIGS = ("default", "+ selection", "before")
+
+
+def _settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Flat release settings; the demo configuration's cohorts and rates when asked."""
+    out = {"epsilon": EPSILON, **{k: v for k, v in settings.items() if k != COHORTS_AND_RATES}}
+    if settings.get(COHORTS_AND_RATES):
+        import selpe_audit
+        from release.config import load_config
+
+        demo = load_config(Path(selpe_audit.__file__).parent / "data" / "demo_release.toml",
+                           {"data": "x.csv", "schema": "x.json", "release_key": "k.pem"})
+        out |= {"cohorts": demo.counts.cohorts, "rates": demo.counts.rates}
+    return out
+
+
+def _one(folder: Path, data: Path, schema: Any, key: Path, trust: Path, members: list,
+         test: list, config: str, seed: int, llm: bool) -> dict[str, Any]:
+    """One release in ``config``, decoded and scored."""
+    from audits.fidelity import tvds
+    from audits.text_quality import text_tstr
+    from release import plan
+    from selpe_audit.schema import demo_schema_path
+
+    settings, forced = CONFIGS[config]
+    share = plan.TERM_SHARE
+    plan.TERM_SHARE = 1e-9 if forced else share  # a benchmark's ablation, never the CLI's
+    try:
+        rel = release(folder, data, demo_schema_path(), key, _settings(settings))
+    finally:
+        plan.TERM_SHARE = share
+    syn = decode(rel.out, trust, len(members), "model", seed, folder / "model.csv", schema)
+    text = schema.by_kind("text")[0].name
+    fields = list(schema.record_fields)
+    tv = tvds(schema, syn, members, fields)
+    vocab = (rel.doc["counts"].get("topics") or {}).get(text)
+    line = {"config": config, "n": len(members), "release_s": rel.seconds,
+            "gaps": record_gaps(schema, syn, members, test, seed),
+            "text_tstr": text_tstr(schema, text, syn, test, seed)["macro_auc"],
+            "tvd_1way": tv["mean_1way"], "tvd_2way": tv["mean_2way"],
+            "terms": len(vocab["phrases"]["phrases"]) if vocab else 0}
+    if llm:
+        got = decode(rel.out, trust, LLM_ROWS, "llm", seed, folder / "llm.csv", schema)
+        line["llm_text_tstr"] = text_tstr(schema, text, got, test, seed)["macro_auc"]
+    return line
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    import polars as pl
+
+    from selpe_audit.artifact.signing import generate_keypair
+    from selpe_audit.demo.generator import generate_rows
+    from selpe_audit.schema import demo_schema_path, load_schema
+
+    schema = load_schema(demo_schema_path())
+    sizes = SIZES[:2] if quick else SIZES
+    configs = QUICK_CONFIGS if quick else tuple(CONFIGS)
+    test = generate_rows(600 if quick else TEST_ROWS, seed=7)
+    lines: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        key, trust, _ = generate_keypair(base / "k.pem")
+        for n in sizes:
+            members = generate_rows(n, seed=n)
+            data = base / f"members-{n}.csv"
+            pl.DataFrame(members).write_csv(data)
+            for config in configs:
+                for i in range(1 if quick else RELEASES[n]):
+                    llm = (not quick and n in LLM_SIZES and i < LLM_RELEASES
+                           and config in ("default", "+ selection"))
+                    folder = base / f"{n}-{configs.index(config)}-{i}"
+                    folder.mkdir()
+                    lines.append(_one(folder, data, schema, key, trust, members, test,
+                                      config, i, llm))
+                    g = lines[-1]["gaps"]
+                    print(f"n {n} {config} {i + 1}: gap LR {g['lr']:.3f} GB {g['gb']:.3f}",
+                          flush=True)
+    results = aggregate(lines, ("n", "config"))
+    return {"epsilon": EPSILON, "results": results, "table": _table(results),
+            "summary": _summary(results)}
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    head = ("| n | release | runs | LR gap | GB gap | text adds LR / GB | text TSTR (model) | "
+            "text TSTR (llm) | TVD 1-way | TVD 2-way | terms | release s |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        g = r["gaps"]
+        rows.append(
+            f"| {r['n']:,} | {r['config']} | {r['runs']} | {cell(g['lr'])} | {cell(g['gb'])} | "
+            f"{cell(g.get('text_gain_lr'))} / {cell(g.get('text_gain_gb'))} | "
+            f"{cell(r['text_tstr'])} | {cell(r.get('llm_text_tstr'))} | "
+            f"{cell(r['tvd_1way'])} | {cell(r['tvd_2way'])} | {cell(r['terms'], 1)} | "
+            f"{cell(r['release_s'], 1)} |")
+    return "\n".join(rows)
+
+
+def _summary(results: list[dict[str, Any]]) -> str:
+    by = {(r["n"], r["config"]): r for r in results}
+    parts = []
+    for n in sorted({r["n"] for r in results}):
+        d, s = by.get((n, "default")), by.get((n, "+ selection"))
+        if d is None or s is None:
+            continue
+        parts.append(f"n {n:,}: default LR/GB gap {d['gaps']['lr']['mean']:.3f}/"
+                     f"{d['gaps']['gb']['mean']:.3f}, with half on selection "
+                     f"{s['gaps']['lr']['mean']:.3f}/{s['gaps']['gb']['mean']:.3f}")
+    return "Model decoder, epsilon 2, text blanked: " + "; ".join(parts) + "."
+
+
+if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
+    command.main(__doc__, run)

@@ -1,0 +1,229 @@
+"""Small private tables: the default release next to smartnoise-synth's AIM and MST, 400 rows up.
+
+    python -m benchmarks.small_tables [--quick] [--json FILE] [--datasets demo,adult]
+
+Datasets (members / test rows):
+
+- ``demo``: the demo generator's rows at n = 400, 1,000, 3,000 and 20,000 (seed n; 2,000
+  test rows, seed 7), on the default path (`release --data --schema`: the bundled schema,
+  the person unit by its ``x-id``, one row per person);
+- ``adult``: UCI Adult (`benchmarks.adult`): seeded subsamples of 500 and 2,000 training rows
+  and all 26,048; the 6,513 test rows; the row unit.
+
+Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each decoded by
+the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
+and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
+own venv; free text dropped). Every side is scored with its text blanked by both evaluators
+(`benchmarks.common.record_gaps`: the record evaluator's LR and gradient boosting, the
+standard tabular one's one-hot LR and native-categorical gradient boosting), as gaps to a
+same-size real sample of the members.
+
+Writes, besides its result: `selpe_audit/data/expected_gaps.json`, the measured gaps by
+size that ``selpe-audit demo`` quotes next to its own numbers. ``--quick``: demo at 400 rows,
+one release and one run of each peer (if its venv can be built).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import command
+from benchmarks.common import aggregate, cell, decode, record_gaps, release
+from release.dp import enable as enable_opendp
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+EPSILON = 2.0
+DEMO_SIZES = (400, 1_000, 3_000, 20_000)
+ADULT_SIZES = (500, 2_000, None)  # None: every training row
+RELEASES = 5
+TEST_ROWS = 2_000
+PEERS = ("aim", "mst")
+SCORES = ("lr", "gb", "std_lr", "std_gb")
+EXPECTED = Path(__file__).resolve().parents[1] / "selpe_audit" / "data" / "expected_gaps.json"
+
+
+def _demo(n: int, test_rows: int) -> tuple[list, list, Path]:
+    from selpe_audit.demo.generator import generate_rows
+    from selpe_audit.schema import demo_schema_path
+
+    return generate_rows(n, seed=n), generate_rows(test_rows, seed=7), demo_schema_path()
+
+
+def _adult(n: int | None) -> tuple[list, list, Path]:
+    import numpy as np
+
+    from benchmarks import adult
+
+    train, test, schema_path = adult.load()
+    members = train.to_dicts()
+    if n is not None:
+        pick = np.sort(np.random.default_rng(n).choice(len(members), n, replace=False))
+        members = [members[i] for i in pick.tolist()]
+    return members, test.to_dicts(), schema_path
+
+
+def _typed(schema: Any, rows: list[dict]) -> list[dict]:
+    """Rows as a decode reads them back (numbers as floats), so both sides score alike."""
+    from benchmarks.common import typed_rows
+
+    return typed_rows(schema, [{k: None if v is None else str(v) for k, v in r.items()}
+                               for r in rows])
+
+
+def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path,
+          releases: int, peers: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Every release and peer run on one dataset size."""
+    import polars as pl
+
+    from benchmarks.smartnoise_peer import run_peer
+    from selpe_audit.artifact.signing import generate_keypair
+    from selpe_audit.schema import load_schema
+
+    schema = load_schema(schema_path)
+    n = len(members)
+    folder = base / f"{dataset}-{n}"
+    folder.mkdir()
+    data = folder / "members.csv"
+    pl.DataFrame(members).write_csv(data)
+    key, trust, _ = generate_keypair(folder / "k.pem")
+    typed_members, typed_test = _typed(schema, members), _typed(schema, test)
+    lines = []
+    for i in range(releases):
+        sub = folder / f"ours-{i}"
+        sub.mkdir()
+        rel = release(sub, data, schema_path, key, {"epsilon": EPSILON})
+        syn = decode(rel.out, trust, n, "model", i, sub / "model.csv", schema)
+        lines.append({"dataset": dataset, "n": n, "synthesizer": "ours", "seconds": rel.seconds,
+                      "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)})
+        _say(lines[-1], i)
+    for synth in peers:
+        for i in range(releases):
+            t0 = time.perf_counter()
+            syn = run_peer(schema, members, synth, EPSILON, n, folder, i)
+            if syn is None:
+                break
+            lines.append({"dataset": dataset, "n": n, "synthesizer": f"smartnoise {synth}",
+                          "seconds": time.perf_counter() - t0,
+                          "gaps": record_gaps(schema, _typed(schema, syn), typed_members,
+                                              typed_test, i, False)})
+            _say(lines[-1], i)
+    return lines
+
+
+def _say(line: dict[str, Any], i: int) -> None:
+    g = line["gaps"]
+    print(f"{line['dataset']} {line['n']} {line['synthesizer']} {i + 1}: gap LR {g['lr']:.3f} "
+          f"GB {g['gb']:.3f} ({line['seconds']:.0f} s)", flush=True)
+
+
+def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult")) -> dict[str, Any]:
+    releases = 1 if quick else RELEASES
+    lines: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        if "demo" in datasets:
+            for n in DEMO_SIZES[:1] if quick else DEMO_SIZES:
+                members, test, schema = _demo(n, 600 if quick else TEST_ROWS)
+                lines += _case(base, "demo", members, test, schema, releases, PEERS)
+        if "adult" in datasets and not quick:
+            for n in ADULT_SIZES:
+                members, test, schema = _adult(n)
+                lines += _case(base, "adult", members, test, schema, releases, PEERS)
+    results = aggregate(lines, ("dataset", "n", "synthesizer"))
+    out = {"epsilon": EPSILON, "results": results, "table": _table(results),
+           "summary": _summary(results)}
+    if not quick and "demo" in datasets:
+        write_expected(out)
+    return out
+
+
+def write_expected(result: dict[str, Any], path: Path = EXPECTED) -> None:
+    """The demo's measured gaps by size (ours and AIM, text blanked), for ``selpe-audit demo``
+    to quote next to its own numbers."""
+    sizes = {}
+    for r in result["results"]:
+        if r["dataset"] != "demo" or r["synthesizer"] not in ("ours", "smartnoise aim"):
+            continue
+        who = "ours" if r["synthesizer"] == "ours" else "aim"
+        sizes.setdefault(str(r["n"]), {})[who] = {k: r["gaps"][k]["mean"] for k in ("lr", "gb")}
+    path.write_text(json.dumps({
+        "source": "python -m benchmarks.small_tables (benchmarks/RESULTS.md, small_tables)",
+        "epsilon": result["epsilon"], "measured": time.strftime("%Y-%m-%d"),
+        "gaps": sizes}, indent=1, sort_keys=True) + "\n")
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    head = ("| dataset | n | synthesizer | runs | LR gap | GB gap | one-hot LR gap | "
+            "native GB gap | real LR / GB | seconds |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        g = r["gaps"]
+        rows.append(f"| {r['dataset']} | {r['n']:,} | {r['synthesizer']} | {r['runs']} | "
+                    + " | ".join(cell(g[k]) for k in SCORES)
+                    + f" | {g['real_lr']['mean']:.3f} / {g['real_gb']['mean']:.3f} | "
+                    f"{cell(r['seconds'], 0)} |")
+    return "\n".join(rows)
+
+
+def _summary(results: list[dict[str, Any]]) -> str:
+    """Per size: ours against the better peer, on the record evaluator."""
+    by: dict[tuple, dict[str, Any]] = {}
+    for r in results:
+        by.setdefault((r["dataset"], r["n"]), {})[r["synthesizer"]] = r["gaps"]
+    parts = []
+    for (dataset, n), got in by.items():
+        ours = got.get("ours")
+        peers = {k: v for k, v in got.items() if k != "ours"}
+        if ours is None:
+            continue
+        text = f"{dataset} {n:,}: ours {ours['lr']['mean']:.3f}/{ours['gb']['mean']:.3f}"
+        if peers:
+            name, best = min(peers.items(), key=lambda kv: kv[1]["lr"]["mean"]
+                             + kv[1]["gb"]["mean"])
+            text += f" vs {name.split()[-1].upper()} {best['lr']['mean']:.3f}/" \
+                    f"{best['gb']['mean']:.3f}"
+        parts.append(text)
+    return ("Epsilon 2, text blanked, LR/GB TSTR gap (mean of releases): " + "; ".join(parts)
+            + ".")
+
+
+def plots(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Gap against n on the demo, ours next to each peer (LR and GB), as (stem, caption,
+    svg)."""
+    from benchmarks.svg import line_chart
+
+    demo = [r for r in result["results"] if r["dataset"] == "demo"]
+    sizes = sorted({r["n"] for r in demo})
+    series: dict[str, list[float | None]] = {}
+    color, dashed = {}, []
+    for k, (synth, label) in enumerate((("ours", "ours"), ("smartnoise aim", "AIM"),
+                                        ("smartnoise mst", "MST"))):
+        by_n = {r["n"]: r["gaps"] for r in demo if r["synthesizer"] == synth}
+        for metric in ("lr", "gb"):
+            name = f"{label} {metric.upper()}"
+            series[name] = [by_n[n][metric]["mean"] if n in by_n else None for n in sizes]
+            color[name] = k
+            if metric == "gb":
+                dashed.append(name)
+    svg = line_chart("Demo: TSTR gap against table size (epsilon 2, text blanked)",
+                     [f"{n:,}" for n in sizes], series, "gap (real minus synthetic AUC)",
+                     color_of=color, dashed=dashed)
+    return [("gap", "TSTR gap against n, ours and the peers", svg)]
+
+
+def main() -> None:
+    p = command.parser(__doc__)
+    p.add_argument("--datasets", default="demo,adult", help="demo, adult or both")
+    a = p.parse_args()
+    command.finish(run(a.quick, tuple(a.datasets.split(","))), a.json)
+
+
+if __name__ == "__main__":
+    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
+    main()

@@ -1,0 +1,112 @@
+"""The release's plan: each part of the budget sized to the table before the counts run.
+
+A small table cannot afford what a large one can: at 400 rows a DP vocabulary releases no
+term and a class x field cell over six bins drowns in its noise. So, after the rows are read
+and before any other mechanism runs, one OpenDP count of the (bounded) rows is released at
+`SIZE_SHARE` of the epsilon, and from it and public facts alone - the schema, its bins, the
+configuration - the plan fixes:
+
+- per free-text field, whether its DP vocabulary runs: only when a term written by one unit
+  in `TERM_SHARE` could reach OpenDP's threshold at the vocabulary's (epsilon, delta) -
+  otherwise its share goes to the counts, and decoders write no text the release cannot
+  support;
+- the model counts' workload (`release.counts.workload`): which class x field marginals,
+  over which (merged) bins, which fields alone.
+
+The plan reads no private value but that count (two tables with the same count get the same
+plan), and every choice is recorded in the artifact (``budget.plan``) with its reason, for
+the reviewer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from release.config import ReleaseConfig
+from release.counts.workload import Workload, public_workload, size_workload
+from release.dp.mechanisms import NoisyCount, zcdp_budget
+from release.phrases import vocabulary_threshold
+from selpe_audit.artifact.records import Plan, PlanChoice
+from selpe_audit.schema import Schema
+
+#: share of the release's epsilon for the count of rows the plan is sized by
+SIZE_SHARE = 0.05
+#: a DP vocabulary runs when a term one unit in this many write could pass its threshold
+#: (the demo's commonest first keywords are written by 4-5 % of its people)
+TERM_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """What the plan chose: the rows it was sized by, the free-text fields whose
+    vocabulary runs, the counts' workload, and the artifact's record of it all."""
+
+    rows: int
+    vocabulary_fields: tuple[str, ...]
+    workload: Workload
+    record: Plan
+
+
+def size_epsilon(cfg: ReleaseConfig) -> float:
+    """The epsilon of the row count the plan is sized by (part of the counts' share)."""
+    return cfg.budget.epsilon * SIZE_SHARE
+
+
+def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> ReleasePlan:
+    """The plan for a table of ``size`` rows (a DP count); public inputs otherwise."""
+    rows = max(0, size.value)
+    choices: list[PlanChoice] = []
+    vocab = []
+    fields = cfg.phrase_fields(schema)
+    for name in fields:
+        eps, delta = vocabulary_budget(cfg, len(fields))
+        _, per_unit, _ = cfg.counts.terms(schema.field(name))
+        threshold = vocabulary_threshold(eps, delta, per_unit)
+        reach = rows * TERM_SHARE
+        if reach >= threshold:
+            vocab.append(name)
+            choices.append(PlanChoice(f"vocabulary: {name}", "runs", (
+                f"a term written by {TERM_SHARE:.0%} of about {rows} rows ({reach:.0f}) can "
+                f"pass OpenDP's threshold {threshold}")))
+        else:
+            choices.append(PlanChoice(f"vocabulary: {name}", "skipped", (
+                f"a term written by {TERM_SHARE:.0%} of about {rows} rows ({reach:.0f}) "
+                f"stays below OpenDP's threshold {threshold}: its epsilon goes to the counts, "
+                "and decoders write no text the release cannot support")))
+    workload = _workload(cfg, schema, rows, vocab, len(fields))
+    for f in workload.fields:
+        choices.append(PlanChoice(f"counts: {f.field}", _margin_words(f.margin, f.edges),
+                                  f.reason))
+    record = Plan(rows, size.epsilon, size.scale, workload.noise_sigma,
+                  workload.signal_sigmas, tuple(choices))
+    return ReleasePlan(rows, tuple(vocab), workload, record)
+
+
+def vocabulary_budget(cfg: ReleaseConfig, fields: int) -> tuple[float, float]:
+    """(epsilon, delta) of one free-text field's vocabulary: ``phrase_share`` of the counts'
+    epsilon and half their delta, split evenly over the ``fields`` that have one."""
+    return (cfg.budget.counts_epsilon * cfg.counts.phrase_share / fields,
+            cfg.counts_delta / 2 / fields)
+
+
+def _workload(cfg: ReleaseConfig, schema: Schema, rows: int, vocab: list[str],
+              phrase_fields: int) -> Workload:
+    """The model modes' workload at the table's size (`size_workload`), planned with the rho
+    the marginals will get (each vocabulary that runs may release terms: a topic column per
+    slot); the public one for a mode without a model."""
+    c = cfg.counts
+    if not c.is_model:
+        return public_workload(schema)
+    spent = size_epsilon(cfg) + (len(vocab) * vocabulary_budget(cfg, phrase_fields)[0]
+                                 if vocab else 0.0)
+    (rho,) = zcdp_budget(cfg.budget.counts_epsilon - spent, cfg.counts_delta, [1.0])
+    others = sum(c.table_shares(schema))
+    topic_columns = sum(c.terms(schema.field(n))[2] for n in vocab)
+    return size_workload(schema, rows, rho * (1 - others), cfg.privacy_unit.max_contributions,
+                         c.class_share, c.topic_share, topic_columns, c.signal_sigmas)
+
+
+def _margin_words(margin: str, edges: tuple[float, ...] | None) -> str:
+    bins = "" if edges is None else f" over {len(edges) - 1} bins"
+    return ("with the class" if margin == "class" else "alone (1-way)") + bins
+
