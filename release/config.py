@@ -42,8 +42,10 @@ Example (``examples/release.toml``)::
     topics = 8             # topic anchors per free-text field (model modes; 0: off); left
                            # out: 8 when a public pool is set ([selection] candidates), else
                            # 0 (set it to build the codebook from LLM candidates instead)
-    phrases = true         # model modes: a DP phrase vocabulary per free-text field that has
-                           # no topic codebook (release.phrases: OpenDP partition selection)
+    phrases = "auto"       # model modes: a DP phrase vocabulary per free-text field that has
+                           # no topic codebook (release.phrases: OpenDP partition selection);
+                           # "auto": where the table is large enough for a term to pass
+                           # (release.plan), true: always, false: never
     phrase_share = 0.2     # share of the counts' epsilon (and half their delta) it spends
     phrases_per_unit = 1   # phrases one person may count for (person unit)
     keywords_per_unit = 1  # keywords (words, then word pairs) one unit counts for (long text)
@@ -271,7 +273,7 @@ class CountsConfig:
         None, f"topic anchors per free-text field in the model modes (default: "
         f"{DEFAULT_TOPICS} with a --candidates pool, else 0; > 0 without a pool builds the "
         "codebook from LLM candidates)")
-    phrases: bool = True
+    phrases: bool | str = "auto"  # "auto": where the plan finds a term could pass
     phrase_share: float = 0.2
     phrases_per_unit: int = 1
     keywords_per_unit: int = 1
@@ -303,8 +305,8 @@ class CountsConfig:
                 or (self.aim_rounds is not None and self.aim_rounds < 1):
             raise UserError("config: counts.topics must be 0 (off) or >= 2, and "
                             "counts.aim_rounds >= 1")
-        if not isinstance(self.phrases, bool):
-            raise UserError("config: counts.phrases must be true or false")
+        if not (isinstance(self.phrases, bool) or self.phrases == "auto"):
+            raise UserError("config: counts.phrases must be \"auto\", true or false")
         if not 0 < self.phrase_share < 1 or min(self.phrases_per_unit, self.keywords_per_unit,
                                                  self.keyword_slots, self.max_phrases) < 1:
             raise UserError("config: counts.phrase_share must be a share in (0, 1), and "

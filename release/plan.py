@@ -6,10 +6,10 @@ and before any other mechanism runs, one OpenDP count of the (bounded) rows is r
 `SIZE_SHARE` of the epsilon, and from it and public facts alone - the schema, its bins, the
 configuration - the plan fixes:
 
-- per free-text field, whether its DP vocabulary runs: only when a term written by one unit
-  in `TERM_SHARE` could reach OpenDP's threshold at the vocabulary's (epsilon, delta) -
-  otherwise its share goes to the counts, and decoders write no text the release cannot
-  support;
+- per free-text field, whether its DP vocabulary runs (``counts.phrases = "auto"``, the
+  default): only when a term written by a share `TERM_SHARE` of the units could reach
+  OpenDP's threshold at the vocabulary's (epsilon, delta) - otherwise its share goes to the
+  counts, and decoders write no text the release cannot support;
 - the model counts' workload (`release.counts.workload`): which class x field marginals,
   over which (merged) bins, which fields alone.
 
@@ -55,7 +55,7 @@ def size_epsilon(cfg: ReleaseConfig) -> float:
 def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> ReleasePlan:
     """The plan for a table of ``size`` rows (a DP count); public inputs otherwise."""
     rows = max(0, size.value)
-    choices: list[PlanChoice] = []
+    choices = _split_choices(cfg, schema)
     vocab = []
     fields = cfg.phrase_fields(schema)
     for name in fields:
@@ -63,7 +63,12 @@ def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> Releas
         _, per_unit, _ = cfg.counts.terms(schema.field(name))
         threshold = vocabulary_threshold(eps, delta, per_unit)
         reach = rows * TERM_SHARE
-        if reach >= threshold:
+        if cfg.counts.phrases is True:
+            vocab.append(name)
+            choices.append(PlanChoice(f"vocabulary: {name}", "runs", (
+                f"counts.phrases = true (OpenDP's threshold {threshold} against about "
+                f"{rows} rows)")))
+        elif reach >= threshold:
             vocab.append(name)
             choices.append(PlanChoice(f"vocabulary: {name}", "runs", (
                 f"a term written by {TERM_SHARE:.0%} of about {rows} rows ({reach:.0f}) can "
@@ -80,6 +85,30 @@ def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> Releas
     record = Plan(rows, size.epsilon, size.scale, workload.noise_sigma,
                   workload.signal_sigmas, tuple(choices))
     return ReleasePlan(rows, tuple(vocab), workload, record)
+
+
+def _split_choices(cfg: ReleaseConfig, schema: Schema) -> list[PlanChoice]:
+    """The split of the budget between the parts, as configured or by default, and why."""
+    b, c = cfg.budget, cfg.counts
+    selection = b.selection_share
+    out = [PlanChoice("selection", f"{selection:g} of epsilon" if selection else "none", (
+        "budget.selection as configured: exemplars for the LLM decoder's prompt"
+        if selection else "the default: the model decoder reads no exemplar, and the "
+        "counts buy the records more (docs/release.md, \"What each part of the budget "
+        "buys\"); set budget.selection for the LLM decoder's exemplars"))]
+    gamma, alpha = c.table_shares(schema)
+    for part, share, given, words in (("cohorts", gamma, c.gamma, "[[cohorts]]"),
+                                      ("rates", alpha, c.alpha, "[[rates]]")):
+        if share:
+            out.append(PlanChoice(f"counts: {part}", f"{share:.3g} of the counts", (
+                f"counts.{'gamma' if part == 'cohorts' else 'alpha'} as configured" if given
+                is not None else f"{words} configured; left out, each table gets one "
+                "marginal's share: 1 / (the class balance, the fields and these tables)")))
+    if c.is_model:
+        out.append(PlanChoice("counts: class balance", f"{c.class_share:g} of the marginals",
+                              "counts.class_share: a class with a few percent of the rows is "
+                              "not zeroed by the noise"))
+    return out
 
 
 def vocabulary_budget(cfg: ReleaseConfig, fields: int) -> tuple[float, float]:
@@ -102,6 +131,8 @@ def _workload(cfg: ReleaseConfig, schema: Schema, rows: int, vocab: list[str],
     (rho,) = zcdp_budget(cfg.budget.counts_epsilon - spent, cfg.counts_delta, [1.0])
     others = sum(c.table_shares(schema))
     topic_columns = sum(c.terms(schema.field(n))[2] for n in vocab)
+    if cfg.topics:  # an embedding codebook: one topic column per free-text field
+        topic_columns += len(schema.by_kind("text"))
     return size_workload(schema, rows, rho * (1 - others), cfg.privacy_unit.max_contributions,
                          c.class_share, c.topic_share, topic_columns, c.signal_sigmas)
 

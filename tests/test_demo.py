@@ -37,3 +37,29 @@ def test_demo_fits_two_screens_and_ends_with_the_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["artifact"]["verified"] is True and report["result"]["mia"]["dp_bound"]
     assert (out / "release" / "review.html").exists()
+    # the results put the TSTR in context: what the benchmark measured at this size
+    assert "what a table this size gets" in flat and "smartnoise AIM" in flat
+
+
+def test_the_demo_quotes_the_benchmark_at_the_sizes_around_its_own(tmp_path):
+    """The context line reads the measured gaps at the size at or below the release's DP row
+    count and the next one up, and says so when they were measured at another epsilon."""
+    from selpe_audit.demo.command import EXPECTED_GAPS, expected_gaps
+
+    measured = {"epsilon": 2.0, "gaps": {
+        "400": {"ours": {"lr": 0.13, "gb": 0.12}, "aim": {"lr": 0.17, "gb": 0.16}},
+        "1000": {"ours": {"lr": 0.09, "gb": 0.08}},
+        "3000": {"ours": {"lr": 0.05, "gb": 0.06}}}}
+    path = tmp_path / "gaps.json"
+    path.write_text(json.dumps(measured))
+    art = {"budget": {"epsilon": 2.0, "plan": {"rows": 371}}}
+    line = expected_gaps(art, path)
+    assert line.startswith("about 371 rows here; at 400 rows a gap of 0.13 (LR) / 0.12 (GB), "
+                           "smartnoise AIM 0.17 / 0.16; at 1,000 rows a gap of 0.09")
+    art = {"budget": {"epsilon": 1.0, "plan": {"rows": 2500}}}
+    line = expected_gaps(art, path)
+    assert "at 1,000 rows" in line and "at 3,000 rows" in line
+    assert "(measured at epsilon 2)" in line
+    assert expected_gaps({"budget": {"epsilon": 2.0}}, path) is None  # no plan: no line
+    assert expected_gaps(art, tmp_path / "missing.json") is None
+    assert EXPECTED_GAPS.exists()  # the measured file ships with the package
