@@ -21,8 +21,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="release TOML file (see examples/release.toml)")
     groups = {section: p.add_argument_group(title) for section, title in GROUPS.items()}
     for s in cli_settings():
-        groups.get(s.section or "", p).add_argument(
-            s.flag, dest=s.key, type=s.type, choices=s.choices, help=s.help)
+        group = groups.get(s.section or "", p)
+        if s.type is bool:  # a switch: given, it sets the setting true
+            group.add_argument(s.flag, dest=s.key, action="store_true", default=None,
+                               help=s.help)
+        else:
+            group.add_argument(s.flag, dest=s.key, type=s.type, choices=s.choices,
+                               help=s.help)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -192,7 +192,8 @@ class BudgetConfig:
     lifetime_delta: float | None = setting(
         None, "lifetime cap on the sum of the releases' deltas (default and maximum: the "
         f"installation's, {DEFAULT_LIFETIME_DELTA:g} without the file)")
-    lifetime_ledger: Path | None = setting(None, "folder of the per-dataset lifetime ledgers")
+    lifetime_ledger: Path | str | None = setting(
+        None, "folder of the lifetime ledger (refused where the installation names one)")
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
@@ -458,6 +459,10 @@ class ReleaseConfig:
     release_key: Path = setting(help="release signing key (PEM)", flag="--key")
     invalid_rows: str = setting("fail", "what to do with rows that break the schema",
                                 choices=lambda: ["fail", "drop"])
+    leave_out_exhausted: bool = setting(
+        False, "leave out, before any mechanism, the people this release would take past "
+        "their lifetime epsilon (default: refuse the release); how many stays in the enclave "
+        "log", show_default=False)
     enclave_log: Path | None = None  # None: <out>/../enclave.log (never inside out)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     privacy_unit: PrivacyUnitConfig = field(default_factory=PrivacyUnitConfig)
@@ -663,10 +668,10 @@ def cli_settings() -> list[CliSetting]:
 
 
 def _scalar_type(annotation: str) -> type:
-    """A field's CLI type from its annotation: float, int, else str (paths are made by
-    `load_config`)."""
+    """A field's CLI type from its annotation: bool (a switch), float, int, else str (paths
+    are made by `load_config`)."""
     first = annotation.split("|")[0].strip()
-    return {"float": float, "int": int}.get(first, str)
+    return {"bool": bool, "float": float, "int": int}.get(first, str)
 
 
 def setting_keys() -> frozenset[str]:
@@ -729,7 +734,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
         sel["schedule"] = tuple(sel["schedule"])
     for values in (top, *sections.values()):
         for k in _PATHS & values.keys():
-            if not (k == "data" and is_database_url(str(values[k]))):
+            if not (k in ("data", "lifetime_ledger") and is_database_url(str(values[k]))):
                 values[k] = Path(values[k])
     try:
         return ReleaseConfig(**top, **{name: _SECTION_TYPES[name](**values)

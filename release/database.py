@@ -60,6 +60,25 @@ def is_database_url(data: str) -> bool:
     return urlsplit(str(data)).scheme in SCHEMES
 
 
+def check_url(url: str, what: str) -> str:
+    """``url`` if it is a postgresql:// connection string without a password; else a
+    one-line `UserError` naming ``what`` and what to fix."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise UserError(f"{what}: '{parts.scheme}' is not a supported database; use "
+                        "postgresql://user@host[:port]/database")
+    if parts.password is not None or _query_password(parts.query):
+        raise UserError(f"{what}: the connection string carries a password; remove it and "
+                        "put the password in PGPASSWORD or a password file (PGPASSFILE, "
+                        "default ~/.pgpass)")
+    return url
+
+
+def explain(e: Exception) -> str:
+    """What a database error means for the user, from its SQLSTATE, never its text."""
+    return _explain(e)
+
+
 @dataclass(frozen=True)
 class DatabaseSource:
     """Where the private rows are: a connection string and one query (or a table)."""
@@ -69,14 +88,7 @@ class DatabaseSource:
     table: str | None = None
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in SCHEMES:
-            raise UserError(f"--data: '{parts.scheme}' is not a supported database; use "
-                            "postgresql://user@host[:port]/database")
-        if parts.password is not None or _query_password(parts.query):
-            raise UserError("--data: the connection string carries a password; remove it and "
-                            "put the password in PGPASSWORD or a password file (PGPASSFILE, "
-                            "default ~/.pgpass)")
+        check_url(self.url, "--data")
         if (self.query is None) == (self.table is None):
             raise UserError("a database source needs exactly one of --query \"SELECT ...\" "
                             "or --table schema.name")

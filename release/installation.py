@@ -1,21 +1,27 @@
 """The installation's own limits: a root-owned file that no release setting can exceed.
 
-``/etc/selpe-audit/installation.toml`` (``$SELPE_AUDIT_INSTALLATION`` names another path,
-which must be root-owned all the same) holds the administrator's ceiling on every dataset's
-lifetime epsilon and delta, the share of privacy units two datasets may have in common
-before they count as one, and the public keys trusted to sign ``ledger raise``::
+``/etc/selpe-audit/installation.toml`` holds the administrator's ceiling on every person's
+and every dataset's lifetime epsilon and delta, where the lifetime ledger lives, and the
+public keys trusted to sign ``ledger raise``::
+
+    [installation]          # required: says what the file is
+    name = "ED research enclave"
 
     [lifetime]
     max_epsilon = 10.0
     max_delta = 1e-5
-    overlap_threshold = 0.05
+
+    [ledger]                # optional: then no flag, config or variable points elsewhere
+    url = "postgresql://selpe_steward@ledger-db/selpe_ledger"   # or folder = "/abs/path"
 
     [raise]
     trusted_keys = ["/etc/selpe-audit/raise-board.pub.pem"]
 
 The file, its folder and every raise key must be owned by root and writable by no one
-else: a steward who could edit them could lift their own ceiling. Without the file, the
-built-in defaults below are the ceiling and no key may raise a cap.
+else: a steward who could edit them could lift their own ceiling. ``$SELPE_AUDIT_INSTALLATION``
+names another file where the system one does not exist (a test or a machine of one's own);
+where it exists, only that same file is accepted. Without any file, the built-in defaults
+below are the ceiling and no key may raise a cap.
 """
 
 from __future__ import annotations
@@ -33,20 +39,19 @@ INSTALLATION_ENV = "SELPE_AUDIT_INSTALLATION"
 SYSTEM_INSTALLATION = Path("/etc/selpe-audit/installation.toml")
 DEFAULT_MAX_EPSILON = 10.0
 DEFAULT_MAX_DELTA = 1e-5  # ten releases at the default delta
-# A new dataset sharing more than this share of its (or the other's) units with a charged
-# dataset is that dataset: overlapping people compose, so the bar is low; see ledger_units.
-DEFAULT_OVERLAP_THRESHOLD = 0.05
+SECTIONS = ("installation", "lifetime", "ledger", "raise")
 
 
 @dataclass(frozen=True)
 class Installation:
-    """The ceiling on lifetime caps, the overlap threshold and the raise keys in force."""
+    """The ceiling on lifetime caps, the ledger (None: the release's setting or the default
+    folder) and the raise keys in force."""
 
     max_epsilon: float = DEFAULT_MAX_EPSILON
     max_delta: float = DEFAULT_MAX_DELTA
-    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD
     raise_keys: tuple[Path, ...] = ()
     source: str = f"built-in defaults (no {SYSTEM_INSTALLATION})"
+    ledger: str | Path | None = None
 
     @classmethod
     def for_experiments(cls, why: str) -> Installation:
@@ -59,8 +64,18 @@ class Installation:
 
 
 def installation_path() -> Path:
+    """The installation file in force: the system one when it exists (``$SELPE_AUDIT_
+    INSTALLATION`` may only name that same file then), else the variable's, else the system
+    path (absent: the built-in defaults)."""
     env = os.environ.get(INSTALLATION_ENV, "").strip()
-    return Path(env) if env else SYSTEM_INSTALLATION
+    if not env:
+        return SYSTEM_INSTALLATION
+    if SYSTEM_INSTALLATION.exists() and \
+            os.path.realpath(env) != os.path.realpath(SYSTEM_INSTALLATION):
+        raise UserError(f"{INSTALLATION_ENV}={env}: the administrator's {SYSTEM_INSTALLATION} "
+                        "exists and is the only installation file in force; unset the "
+                        "variable")
+    return Path(env)
 
 
 def load_installation(path: Path | None = None) -> Installation:
@@ -75,10 +90,13 @@ def load_installation(path: Path | None = None) -> Installation:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{p}: not valid TOML ({e}); ask the administrator to fix it") from None
-    unknown = set(doc) - {"lifetime", "raise"}
+    if not isinstance(doc.get("installation"), dict):
+        raise UserError(f"{p}: not a selpe-audit installation file (it has no [installation] "
+                        "table); the administrator's file says what it is")
+    unknown = set(doc) - set(SECTIONS)
     if unknown:
-        raise UserError(f"{p}: unknown section(s) {sorted(unknown)}; only [lifetime] and "
-                        "[raise]")
+        raise UserError(f"{p}: unknown section(s) {sorted(unknown)}; only "
+                        + ", ".join(f"[{s}]" for s in SECTIONS))
     life, rse = _table(doc, "lifetime", p), _table(doc, "raise", p)
     keys = rse.get("trusted_keys", [])
     if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
@@ -88,9 +106,25 @@ def load_installation(path: Path | None = None) -> Installation:
     return Installation(
         max_epsilon=_number(life, "max_epsilon", DEFAULT_MAX_EPSILON, p, lambda v: v > 0),
         max_delta=_number(life, "max_delta", DEFAULT_MAX_DELTA, p, lambda v: 0 <= v < 1),
-        overlap_threshold=_number(life, "overlap_threshold", DEFAULT_OVERLAP_THRESHOLD, p,
-                                  lambda v: 0 < v <= 1),
-        raise_keys=tuple(Path(k) for k in keys), source=str(p))
+        raise_keys=tuple(Path(k) for k in keys), source=str(p),
+        ledger=_ledger(_table(doc, "ledger", p), p))
+
+
+def _ledger(t: dict[str, Any], p: Path) -> str | Path | None:
+    """The ledger the installation names: a postgresql:// URL or an absolute folder."""
+    if not t:
+        return None
+    if set(t) - {"url", "folder"} or len(t) != 1:
+        raise UserError(f"{p}: [ledger] takes one of url = \"postgresql://...\" or folder = "
+                        "\"/absolute/path\"")
+    if "url" in t:
+        from release.database import check_url
+
+        return check_url(str(t["url"]), f"{p}: [ledger] url")
+    folder = Path(str(t["folder"]))
+    if not folder.is_absolute():
+        raise UserError(f"{p}: [ledger] folder must be an absolute path")
+    return folder
 
 
 def _table(doc: dict[str, Any], name: str, p: Path) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from rich.prompt import Confirm
 from rich.table import Table
 
 from release.installation import load_installation
-from release.ledger import LedgerFolder, LifetimeLedger, ledger_folder
+from release.ledger import LifetimeLedger, datasets, ledger_folder
+from release.ledger_store import open_store
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
 
@@ -40,7 +41,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     rse.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     for q in (show, rse):
         q.add_argument("--ledger", help="ledger folder (default: the installation's; refused "
-                                        "where the installation fixes it)")
+                                        "where the installation names or fixes it)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -67,38 +68,40 @@ def _run(args: argparse.Namespace) -> int:
             return 1
     record = ledger.raise_caps(args.key, args.reason, epsilon=args.epsilon, delta=args.delta)
     out.print(f"dataset '{args.dataset}': lifetime epsilon {new_eps:g}, delta {new_delta:g}; "
-              f"raise signed by key {record['by']} at {record['when']} recorded in {ledger.path}")
+              f"raise signed by key {record['by']} at {record['when']} recorded in "
+              f"{ledger.where}")
     return 0
 
 
-def _show(out: Console, folder: Path, dataset: str | None) -> int:
-    lf = LedgerFolder(folder)
+def _show(out: Console, location: Path | str, dataset: str | None) -> int:
+    store = open_store(location)
     inst = load_installation()
     out.print(f"caps in force never pass {inst.where()}: epsilon {inst.max_epsilon:g}, delta "
-              f"{inst.max_delta:g}; {len(inst.raise_keys)} raise key(s) trusted", markup=False)
+              f"{inst.max_delta:g}, every person's lifetime cap; {len(inst.raise_keys)} raise "
+              "key(s) trusted", markup=False)
     if dataset is None:
-        t = Table(title=f"lifetime ledgers in {lf.path}")
+        t = Table(title=f"lifetime ledger: {store.where}")
         for col in ("dataset", "epsilon spent", "epsilon cap", "delta spent", "delta cap",
                     "releases", "raises"):
             t.add_column(col)
-        for name in lf.datasets():
-            s = LifetimeLedger(lf.path, name).summary()
+        for name in datasets(store):
+            s = LifetimeLedger(location, name, store=store).summary()
             live = [r for r in s["releases"] if r["status"] != "aborted"]
             t.add_row(name, f"{s['committed_epsilon']:g}", f"{s['lifetime_epsilon']:g}",
                       f"{s['committed_delta']:g}", f"{s['lifetime_delta']:g}",
                       str(len(live)), str(len(s["raises"])))
         out.print(t)
         return 0
-    s = LifetimeLedger(lf.path, dataset).summary()
-    out.print(f"dataset '{dataset}' ({s['file']}), created {s['created'] or '(not recorded)'}: "
+    s = LifetimeLedger(location, dataset, store=store).summary()
+    out.print(f"dataset '{dataset}' ({s['where']}), created {s['created'] or '(not recorded)'}: "
               f"epsilon {s['committed_epsilon']:g} of {s['lifetime_epsilon']:g}, delta "
               f"{s['committed_delta']:g} of {s['lifetime_delta']:g} committed")
     t = Table(title="releases")
-    for col in ("reservation", "status", "epsilon", "delta", "started", "data fingerprint"):
+    for col in ("reservation", "status", "epsilon", "delta", "started", "people charged"):
         t.add_column(col)
     for r in s["releases"]:
-        t.add_row(r["id"], r["status"], f"{r['epsilon']:g}", f"{r.get('delta', 0.0):g}",
-                  r.get("started", ""), r.get("data_fingerprint", "")[:16])
+        t.add_row(r["id"], r["status"], f"{r['epsilon']:g}", f"{r['delta']:g}",
+                  r.get("started", ""), "" if r["people"] is None else str(r["people"]))
     out.print(t)
     for r in s["raises"]:
         out.print(f"raised {r['when']} by key {r['by']}: epsilon "
@@ -111,13 +114,14 @@ def _show(out: Console, folder: Path, dataset: str | None) -> int:
 COMMAND = Command(
     name="ledger",
     help="(enclave) show the lifetime ledgers, or raise a dataset's cap with a signed reason",
-    description="The lifetime ledger keeps every release's epsilon and delta per dataset, in "
-                "one folder per installation ($SELPE_AUDIT_LEDGER, else "
-                "/var/lib/selpe-audit/ledger, else ~/.local/share/selpe-audit/ledger). A "
-                "dataset's caps are fixed when its ledger is created, never above the "
+    description="The lifetime ledger keeps every release's epsilon and delta and the people it "
+                "charged, in the installation's PostgreSQL ledger or one folder per "
+                "installation ($SELPE_AUDIT_LEDGER, else /var/lib/selpe-audit/ledger, else "
+                "~/.local/share/selpe-audit/ledger). No person's lifetime spend passes the "
                 "installation's maximum (/etc/selpe-audit/installation.toml, owned by root); "
-                "'ledger raise' is the only way to raise them, signed with a raise key the "
-                "installation trusts, and it records the key, when and why.",
+                "a dataset's caps are fixed by its first release, and 'ledger raise' is the "
+                "only way to raise them, signed with a raise key the installation trusts, and "
+                "it records the key, when and why.",
     add_arguments=_add_arguments,
     run=_run,
 )

@@ -10,8 +10,11 @@ before any mechanism runs (a renamed copy of released data is refused and refund
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,14 @@ from release.counts import CountsBudget, CountsRows, measure
 from release.counts import get as counts_mode
 from release.counts.keys import UNIT_COL, derive_frame
 from release.counts.model import CONVERSION_ID, topic_col
-from release.dp.mechanisms import SIZE_CONSTRUCTOR, NoisyCount, PrivacyUnit, measure_size
+from release.dp.mechanisms import (
+    SIZE_CONSTRUCTOR,
+    NoisyCount,
+    PrivacyUnit,
+    measure_size,
+    remove_spools,
+    sweep_spools,
+)
 from release.enclave_log import EnclaveLog
 from release.installation import Installation, load_installation
 from release.ledger import LifetimeLedger, ledger_block
@@ -95,11 +105,37 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None,
     texts the release embedded are forgotten when it ends, however it ends."""
     models = models or shared()
     dp.enable()
+    sweep_spools()  # what a release killed outright left behind (its process is gone)
     try:
-        return _release(cfg, console or Console(stderr=True, highlight=False), models,
-                        installation or load_installation())
+        with _spools_removed_on_signals():
+            return _release(cfg, console or Console(stderr=True, highlight=False), models,
+                            installation or load_installation())
     finally:
         models.forget_private_texts()
+
+
+@contextmanager
+def _spools_removed_on_signals() -> Iterator[None]:
+    """On SIGTERM or SIGINT during the release, delete its temporary files of private rows,
+    then die of that signal as the process would have (nothing is raised: the signal may
+    arrive inside a callback OpenDP's Rust runs, which must not unwind); the handlers in
+    force before come back after. Only the main thread can set a handler; elsewhere
+    nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def die(signum: int, _frame: Any) -> None:
+        remove_spools()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    before = {s: signal.signal(s, die) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def _release(cfg: ReleaseConfig, con: Console, models: Models,
@@ -114,7 +150,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     ledger = LifetimeLedger(budget.lifetime_ledger, cfg.dataset, budget.lifetime_epsilon,
                             budget.lifetime_delta, installation)
     planned = budget.epsilon
-    ledger_id = ledger.folder.ledger_id()
+    ledger_id = ledger.store.ledger_id()
     source, codebooks, embedder = None, {}, None
     if cfg.selects:  # load models before any row is read: failures cost nothing
         with con.status("loading the candidate generator and the embedder"):
@@ -144,10 +180,17 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         log.write(f"read and checked {table.frame.height} rows in "
                   f"{time.perf_counter() - t0:.2f} s")
         t_bind = time.perf_counter()
-        # a renamed copy, or rows sharing people with another dataset: refused
-        ledger.bind_data(rid, table.frame, person_field)
+        # the people in these rows, matched to every person the ledger charged: refused if
+        # one would pass their lifetime cap (or, asked to, left out before any mechanism)
+        charge = ledger.charge_people(rid, table.frame, schema, person_field,
+                                      cfg.leave_out_exhausted)
+        if charge.left_out:
+            table = replace(table, frame=table.frame.filter(pl.Series(charge.keep)))
+            log.write(f"left out {charge.left_out} person(s) whose lifetime epsilon this "
+                      "release would pass (--leave-out-exhausted)")
         return_freed_memory()
-        log.write(f"fingerprint and unit hashes in {time.perf_counter() - t_bind:.2f} s")
+        log.write(f"charged {charge.people} people (the highest spend among them before: "
+                  f"{charge.highest_before:g}) in {time.perf_counter() - t_bind:.2f} s")
         log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.2f} s")
     except BaseException:
         ledger.finish(rid, "aborted")
@@ -155,6 +198,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     lifetime = LifetimeStamp(ledger_id, cfg.dataset, rid, cap_eps, cap_delta, spent_eps,
                              spent_delta)
     # From here on DP mechanisms run: the reservation stands whatever happens.
+    ledger.start_measuring(rid)
     t_counts = time.perf_counter()
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
         frame = derive_frame(table.frame, schema, cfg.counts, person_field).collect()
@@ -199,7 +243,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     doc = build_document(cfg, schema, key_id(key.public_key()), entries, total,
                          counts_block, selection, total_delta,
                          run.accounting.mu if run is not None else None, lifetime,
-                         source_key=ledger.folder.key(), plan=plan)
+                         source_key=ledger.store.key(), plan=plan)
     path = write_release(cfg.out, doc, cfg.release_key)
     write_review_html(cfg.out, doc)
     ledger.finish(rid, "released", epsilon=total, delta=total_delta)
@@ -428,7 +472,8 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
                 "alpha": counts_cfg.table_shares(schema)[1],
                 "n_min": counts_cfg.n_min},
         lifetime_epsilon=caps[0], lifetime_delta=caps[1], lifetime_ledger=lifetime,
-        plan=plan.record if plan is not None else None)
+        plan=plan.record if plan is not None else None,
+        leave_out_exhausted=cfg.leave_out_exhausted or None)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -515,6 +560,19 @@ def _person_field(cfg: ReleaseConfig, schema: Schema) -> str | None:
 
 
 def _check_writable(out: Path) -> None:
+    """The artifact folder can be written, and no symlink can send a write elsewhere: the
+    folder, the folders on its path and everything already in it are no symlinks."""
+    absolute = Path(os.path.abspath(out))
+    for p in [absolute, *absolute.parents]:
+        if p.is_symlink():
+            raise UserError(f"{out}: {p} is a symlink; give --out a real folder (a release "
+                            "must not write, or delete, files where a link points)")
+    if out.is_dir():
+        for root, dirs, files in os.walk(out):
+            for name in [*dirs, *files]:
+                if (Path(root) / name).is_symlink():
+                    raise UserError(f"{out}: it holds a symlink ({Path(root) / name}); give "
+                                    "--out a folder without links, or a new one")
     probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
     if not os.access(probe, os.W_OK):
         raise UserError(f"{out}: output folder is not writable")

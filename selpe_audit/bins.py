@@ -11,11 +11,21 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import polars as pl
 
 from selpe_audit.schema import Field
 
 # Edges times 10^p are rounded to this many decimals first, so 36.3 * 10 counts as 363.
 _EDGE_DECIMALS = 6
+
+
+def bin_expr(f: Field) -> pl.Expr:
+    """Row-by-row index of a numeric field's public bin (as `Field.bin_index`), as a polars
+    expression of u32."""
+    inner = f.bins[1:-1]
+    if not inner:
+        return pl.lit(0, dtype=pl.UInt32)
+    return pl.sum_horizontal([pl.col(f.name) >= e for e in inner]).cast(pl.UInt32)
 
 
 def grid(f: Field, j: int, edges: Sequence[float] | None = None) -> tuple[int, int]:

@@ -39,7 +39,7 @@ Kind = Literal["numeric", "categorical", "text", "id"]
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 DEFAULT_PRECISION = 2
 DEFAULT_BIN_COUNT = 10
-_OUR_TOP_KEYWORDS = {"x-label", "x-id", "x-field-order"}
+_OUR_TOP_KEYWORDS = {"x-label", "x-id", "x-field-order", "x-linkage"}
 _ALLOWED_TOP = {
     "$schema", "$id", "title", "description", "type", "properties", "required",
     "additionalProperties", *_OUR_TOP_KEYWORDS,
@@ -97,6 +97,9 @@ class Schema:
     fields: tuple[Field, ...]
     label: str
     id_field: str | None
+    #: fields that identify a person across extracts (``x-linkage``): the lifetime ledger
+    #: matches people by their keyed hash (`release.ledger_people`)
+    linkage_fields: tuple[str, ...] = ()
 
     # ----- structure -------------------------------------------------------------------
     def field(self, name: str) -> Field:
@@ -332,8 +335,16 @@ def parse_schema(raw: Any, source: str = "schema") -> Schema:
         raise bad(f"the label '{label}' must be a categorical field (an enum)")
     if len(lf.enum) < 2:
         raise bad(f"the label '{label}' needs at least two classes")
+    linkage = raw.get("x-linkage", [])
+    if not (isinstance(linkage, list) and all(isinstance(x, str) for x in linkage)):
+        raise bad('"x-linkage" must be a list of field names')
+    for x in linkage:
+        if x not in props or x == id_field:
+            raise bad(f"x-linkage names '{x}', which is not a property other than the id "
+                      "(the id is re-keyed between extracts)")
     name = str(raw.get("title") or "dataset")
-    return Schema(raw=raw, name=name, fields=fields, label=label, id_field=id_field)
+    return Schema(raw=raw, name=name, fields=fields, label=label, id_field=id_field,
+                  linkage_fields=tuple(linkage))
 
 
 def _parse_field(name: str, spec: Any, is_id: bool, bad: Any) -> Field:

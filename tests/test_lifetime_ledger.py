@@ -1,8 +1,8 @@
 """Issue 18, items 2, 3 and 5, and issue 32 item 2: a lifetime budget no flag can raise or
-escape (an installation maximum, a MAC on every ledger file, signed raises, datasets by the
-people in them, not by name), guarantees worded by the privacy unit, and the small
-exactness fixes (zero shares refused before any
-reservation, the person id as OpenDP's identifier, the enclave-only log)."""
+escape (an installation maximum, signed raises), guarantees worded by the privacy unit,
+and the small exactness fixes (zero shares refused before any reservation, the person id
+as OpenDP's identifier, the enclave-only log). The ledger's people, its stores and what a
+steward might try against them: tests/test_person_ledger.py."""
 
 from __future__ import annotations
 
@@ -22,12 +22,11 @@ from release.installation import INSTALLATION_ENV, Installation, load_installati
 from release.ledger import (
     FIXED_ENV,
     LEDGER_ENV,
-    LedgerFolder,
     LifetimeLedger,
     default_ledger_folder,
     ledger_folder,
 )
-from release.ledger_units import fingerprint, hash_units, overlap
+from release.ledger_store import FolderStore
 from release.pipeline import run_release
 from selpe_audit.artifact.guarantees import derived_guarantees
 from selpe_audit.artifact.signing import generate_keypair, key_id, load_private_key
@@ -75,7 +74,8 @@ def _installation(tmp: Path, max_epsilon: float = 20.0) -> tuple[Path, Path]:
     folder.mkdir(mode=0o755)
     raise_key, raise_pub, _ = generate_keypair(folder / "raise.pem")
     conf = folder / "installation.toml"
-    conf.write_text(f"[lifetime]\nmax_epsilon = {max_epsilon}\nmax_delta = 1e-4\n\n"
+    conf.write_text(f"[installation]\n[lifetime]\nmax_epsilon = {max_epsilon}\n"
+                    "max_delta = 1e-4\n\n"
                     f'[raise]\ntrusted_keys = ["{raise_pub}"]\n')
     return conf, raise_key
 
@@ -109,7 +109,7 @@ def test_a_flag_cannot_raise_the_cap_only_a_signed_ledger_raise_can(tmp_path, ke
         assert len(r.stderr.strip().splitlines()) == 1
     r = _cli(*raise_args, "--epsilon", "20", "--key", str(raise_key), "--yes")
     assert r.returncode == 0, r.stderr
-    doc = json.loads(ledger.path.read_text())
+    doc = ledger.summary()
     assert doc["lifetime_epsilon"] == 20.0
     (raised,) = doc["raises"]
     public = load_private_key(raise_key).public_key()
@@ -177,7 +177,7 @@ def test_installation_file_anyone_but_root_could_write_is_refused(tmp_path):
     folder = tmp_path / "etc"
     folder.mkdir()
     conf = folder / "installation.toml"
-    conf.write_text("[lifetime]\nmax_epsilon = 1000.0\n")
+    conf.write_text("[installation]\n[lifetime]\nmax_epsilon = 1000.0\n")
     conf.chmod(0o666)
     with pytest.raises(UserError, match="must be owned by root and writable by no one else"):
         load_installation(conf)
@@ -187,119 +187,23 @@ def test_installation_file_anyone_but_root_could_write_is_refused(tmp_path):
         with pytest.raises(UserError, match="must be owned by root"):
             load_installation(conf)
         os.chown(conf, 0, 0)
-        conf.write_text("[lifetime]\nmax_epsilon = -1\n")
+        conf.write_text("[installation]\n[lifetime]\nmax_epsilon = -1\n")
         with pytest.raises(UserError, match=r"max_epsilon = -1 is out of range"):
             load_installation(conf)
-
-
-def _person_split(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    ids = sorted(set(rows["patient_id"]))
-    first = set(ids[: len(ids) // 2])
-    return (rows.filter(pl.col("patient_id").is_in(first)),
-            rows.filter(~pl.col("patient_id").is_in(first)))
-
-
-def test_near_copies_are_the_same_dataset_other_people_are_not(tmp_path, keys):
-    """The same rows shuffled with columns reordered, minus one row, or minus one column,
-    under another name, are the released dataset: refused after reading, before any
-    mechanism, naming it; the new name's ledger is not created. Rows of other people are a
-    new dataset. The folder holds keyed hashes only, never a value of the rows."""
-    rows = pl.read_csv(DEMO_SAMPLE, infer_schema=False)
-    mine, others = _person_split(rows)
-    (tmp_path / "mine.csv").write_text(mine.write_csv())
-    run_release(_cfg(tmp_path, keys[0], dataset="triage", data=tmp_path / "mine.csv"))
-    schema = json.loads(demo_schema_path().read_text())
-    del schema["properties"]["pain_score"]
-    schema["required"] = [f for f in schema["required"] if f != "pain_score"]
-    (tmp_path / "fewer.schema.json").write_text(json.dumps(schema))
-    near = {"renamed": (mine.sample(fraction=1.0, shuffle=True, seed=3)
-                        .select(reversed(mine.columns)), {}),
-            "minus-row": (mine.head(mine.height - 1), {}),
-            "minus-column": (mine.drop("pain_score"),
-                             {"schema": tmp_path / "fewer.schema.json"})}
-    for name, (frame, extra) in near.items():
-        frame.write_csv(tmp_path / f"{name}.csv")
-        cfg = _cfg(tmp_path, keys[0], dataset=name, data=tmp_path / f"{name}.csv",
-                   out=tmp_path / f"out-{name}", **extra)
-        with pytest.raises(UserError) as e:
-            run_release(cfg)
-        msg = str(e.value)
-        assert "\n" not in msg and "dataset 'triage'" in msg and "--dataset triage" in msg
-        assert "triage.ledger.json" in msg and "no DP mechanism ran" in msg
-        assert not (tmp_path / "ledger" / f"{name}.ledger.json").exists()
-        assert not (tmp_path / f"out-{name}" / "release.json").exists()
-    assert LifetimeLedger(tmp_path / "ledger", "triage").spent()[0] == pytest.approx(2.0)
-    stored = b"".join(p.read_bytes() for p in (tmp_path / "ledger").rglob("*") if p.is_file())
-    # no person id or text of the rows (whole values: the folder holds binary arrays of
-    # keyed hashes, in which any short byte string turns up by chance)
-    values = {v.encode() for col in ("patient_id", "chief_complaint") for v in mine[col]}
-    assert not [v for v in values if v in stored]
-    assert re.search(rb'"[0-9a-f]{64}": \{', stored)
-    (tmp_path / "others.csv").write_text(others.write_csv())
-    run_release(_cfg(tmp_path, keys[0], dataset="other", data=tmp_path / "others.csv",
-                     out=tmp_path / "out-other"))
-
-
-def test_overlap_counts_units_of_the_smaller_dataset():
-    """A subset, a superset and a copy minus a column overlap fully; disjoint people do not;
-    a dataset sharing no column shares nothing; the fingerprint ignores row and column
-    order and changes with one row."""
-    key = b"k" * 32
-    rows = pl.DataFrame({"id": [f"p{i // 2}" for i in range(200)], "x": [i % 7 for i in
-                         range(200)], "t": [f"text {i}" for i in range(200)]})
-    full = hash_units(key, rows, "id")
-    assert overlap(hash_units(key, rows.head(50), "id"), full) == 1.0
-    assert overlap(full, hash_units(key, rows.head(50), "id")) == 1.0
-    assert overlap(hash_units(key, rows.drop("x"), "id"), full) == 1.0
-    assert overlap(hash_units(key, rows.head(100), "id"),
-                   hash_units(key, rows.tail(100), "id")) == 0.0
-    assert overlap(hash_units(key, pl.DataFrame({"y": [1] * 5}), None), full) == 0.0
-    assert overlap(hash_units(b"j" * 32, rows, "id"), full) == 0.0  # keyed: nothing without it
-    shuffled = rows.sample(fraction=1.0, shuffle=True, seed=1).select(["t", "id", "x"])
-    assert fingerprint(key, hash_units(key, shuffled, "id")) == fingerprint(key, full)
-    assert fingerprint(key, hash_units(key, rows.head(199), "id")) != fingerprint(key, full)
-
-
-def test_ledger_edited_by_hand_is_refused(tmp_path):
-    """Every ledger file, the index and the unit hashes are sealed by the folder's key."""
-    ledger = LifetimeLedger(tmp_path, "ds", installation=Installation())
-    rid = ledger.reserve(4.0)
-    ledger.bind_data(rid, pl.DataFrame({"a": [1, 2], "b": ["x", "y"]}))
-    ledger.finish(rid, "released")
-    doc = json.loads(ledger.path.read_text())
-    doc["releases"][0]["epsilon"] = 0.5
-    ledger.path.write_text(json.dumps(doc))
-    for call in (ledger.spent, lambda: ledger.reserve(1.0), ledger.summary):
-        with pytest.raises(UserError, match=r"ds.ledger.json: the lifetime ledger's MAC does "
-                                            r"not match: it was edited outside selpe-audit"):
-            call()
-    del doc["mac"]
-    ledger.path.write_text(json.dumps(doc))
-    with pytest.raises(UserError, match="MAC does not match"):
-        ledger.spent()
-    r = subprocess.run([EXE, "ledger", "show", "--ledger", str(tmp_path)], capture_output=True,
-                       text=True)
-    assert r.returncode != 0 and "MAC does not match" in r.stderr
-    assert "Traceback" not in r.stderr
-    other = LifetimeLedger(tmp_path, "other", installation=Installation())
-    index = tmp_path / LedgerFolder.INDEX_FILE
-    index.write_text(index.read_text().replace('"ds"', '"elsewhere"'))
-    with pytest.raises(UserError, match="fingerprint index's MAC does not match"):
-        other.bind_data(other.reserve(1.0), pl.DataFrame({"a": [3], "b": ["z"]}))
 
 
 def test_artifact_names_the_ledger_and_reservation_not_the_path(tmp_path, keys):
     cfg = _cfg(tmp_path, keys[0])
     doc = run_release(cfg).doc
     life = doc["budget"]["lifetime_ledger"]
-    assert life["ledger_id"] == LedgerFolder(tmp_path / "ledger").ledger_id()
+    assert life["ledger_id"] == FolderStore(tmp_path / "ledger").ledger_id()
     assert life["dataset"] == cfg.dataset
-    entry = json.loads((tmp_path / "ledger" / f"{cfg.dataset}.ledger.json").read_text())
+    entry = LifetimeLedger(tmp_path / "ledger", cfg.dataset).summary()
     assert [r["status"] for r in entry["releases"] if r["id"] == life["reservation_id"]] == [
         "released"]
     assert (life["lifetime_epsilon"], life["committed_epsilon"]) == (10.0, 2.0)
     raw = (cfg.out / "release.json").read_text()
-    assert str(tmp_path) not in raw and "ledger.json" not in raw
+    assert str(tmp_path) not in raw and "events.json" not in raw
 
 
 def test_default_ledger_folder_is_absolute_and_fixed_in_the_image(tmp_path, monkeypatch):

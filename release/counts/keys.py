@@ -18,6 +18,7 @@ from release.config import Cohort, CountsConfig, RateSpec
 from release.dp.mechanisms import COUNT_COLUMN, CountQuery, NoisyCounts, unit_codes
 from release.private_data import polars_dtypes
 from selpe_audit.artifact import records
+from selpe_audit.bins import bin_expr
 from selpe_audit.schema import CohortRule, Field, Schema
 
 CLASS_COL = "__class"
@@ -44,10 +45,7 @@ def key_expr(f: Field) -> pl.Expr:
     if f.kind == "categorical":
         return pl.col(f.name).replace_strict(list(f.enum), list(range(len(f.enum))),
                                              return_dtype=CODE)
-    inner = f.bins[1:-1]
-    if not inner:
-        return pl.lit(0, dtype=CODE)
-    return pl.sum_horizontal([pl.col(f.name) >= e for e in inner]).cast(CODE)
+    return bin_expr(f)
 
 
 def cohort_expr(schema: Schema, cohorts: tuple[Cohort, ...]) -> pl.Expr:

@@ -193,6 +193,10 @@ class Budget:
     lifetime_delta: Probability | None = None
     lifetime_ledger: LifetimeStamp | None = None
     plan: Plan | None = None
+    #: the policy for people this release would take past their lifetime cap: left out
+    #: before any mechanism (true), else the release is refused; how many were is never
+    #: released (it would tell of exactly those people)
+    leave_out_exhausted: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,205 @@
+"""Who a release charges: each person as the release sees them, matched across extracts.
+
+The lifetime budget is a person's, not an extract's: a hospital re-keys its patient ids for
+every project, a steward may add a trailing space, and one person may sit in many small
+cohorts. So the ledger keeps, for every release it charged, keyed hashes of each person's
+records *as the release sees them* - the id left out; each categorical value as it is;
+each number by its public bin; each free text as the phrase vocabulary normalises it
+(`release.phrases.normalise`) - and, where the schema names linkage fields
+(``x-linkage``: fields that identify a person across extracts, such as birth year, sex and
+postcode), a keyed hash of those values. A person in a new extract is one already charged
+when any of their records, or their linkage values, hash as one of a charged person's did.
+
+A new extract's records are compared with a charged one's on the fields both have, when
+they share at least half of either's fields (the same records with a column dropped are the
+same people; two tables that share a field or two are not compared by record). Each
+charged person also keeps the releases they were charged in (their history, a
+bitmask over the ledger's releases): a person matched to charged people inherits every
+history they match, so one person's releases chain across extracts however their rows
+change, and a person's lifetime spend is the sum of the epsilons in their history. Matching
+is conservative: people whose records cannot be told apart share one spend (a table of few
+coarse fields matches many strangers, which costs budget, never privacy).
+
+Hashes are keyed with the ledger's secret (32 bits a field, combined per record; 64 bits a
+linkage key): without the key they say nothing of a record. Each distinct value is hashed
+once, so a million rows take seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from release.phrases import normalise
+from selpe_audit.bins import bin_expr
+from selpe_audit.schema import Schema
+
+_RECORD_DOMAIN = b"selpe-audit/person-record/1"
+_LINKAGE_DOMAIN = b"selpe-audit/person-linkage/1"
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: a row key that depends on column order
+#: bits per history word
+WORD = 64
+
+
+@dataclass(frozen=True)
+class People:
+    """One extract's people: the fields its records were seen by, per row a 32-bit keyed
+    hash of each of them (``cells``) and the row's person (0..people-1), per person the
+    linkage key (0: none) and the history bitmask (uint64 words)."""
+
+    fields: tuple[str, ...]
+    cells: np.ndarray         # uint32 (rows, fields)
+    owners: np.ndarray        # int64 (rows,): the row's person
+    linkage_keys: np.ndarray  # uint64 (people,)
+    history: np.ndarray       # uint64 (people, words)
+
+    @property
+    def count(self) -> int:
+        return int(self.linkage_keys.shape[0])
+
+    def record_keys(self, fields: Sequence[str] | None = None) -> np.ndarray:
+        """Each row's key over ``fields`` (default: all of its own)."""
+        cols = [self.fields.index(f) for f in (fields or self.fields)]
+        return _row_keys(self.cells[:, cols])
+
+    def subset(self, keep_people: np.ndarray, history: np.ndarray) -> People:
+        """The people kept, renumbered in order, with their new ``history``."""
+        keep_rows = keep_people[self.owners]
+        renumber = np.cumsum(keep_people) - 1
+        return People(self.fields, self.cells[keep_rows], renumber[self.owners[keep_rows]],
+                      self.linkage_keys[keep_people], history)
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        np.savez(buf, cells=self.cells, owners=self.owners, linkage_keys=self.linkage_keys,
+                 history=self.history,
+                 fields=np.frombuffer(json.dumps(list(self.fields)).encode(), np.uint8))
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> People:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            return cls(tuple(json.loads(bytes(z["fields"]).decode())), z["cells"],
+                       z["owners"], z["linkage_keys"], z["history"])
+
+
+def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema,
+                person_column: str | None) -> People:
+    """The people of ``rows`` (a frame typed by ``schema``): a person is a value of
+    ``person_column`` (the privacy unit's id), else a row. History empty."""
+    record_key = hashlib.blake2b(_RECORD_DOMAIN, digest_size=32, key=key).digest()
+    views = [v for f in schema.fields if f.name != person_column
+             and (v := _view(f, schema)) is not None]
+    frame = rows.select(views)
+    cells = (_cells(record_key, frame) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    if person_column is not None:
+        owners = rows[person_column].rank("dense").cast(pl.Int64).to_numpy() - 1
+    else:
+        owners = np.arange(rows.height, dtype=np.int64)
+    people = int(owners.max()) + 1 if owners.size else 0
+    linkage = np.zeros(people, dtype=np.uint64)
+    if schema.linkage_fields:
+        link_key = hashlib.blake2b(_LINKAGE_DOMAIN, digest_size=32, key=key).digest()
+        per_row = _row_keys(_cells(link_key, rows.select(
+            [_view(schema.field(n), schema) for n in schema.linkage_fields])))
+        per_row[per_row == 0] = 1  # 0 means "no linkage values"
+        first = np.unique(owners, return_index=True)[1]  # a person's first row's values
+        linkage[owners[first]] = per_row[first]
+    return People(tuple(frame.columns), cells, owners, linkage,
+                  np.zeros((people, 0), dtype=np.uint64))
+
+
+def _view(f: Any, schema: Schema) -> pl.Expr | None:
+    """A field as the release sees it: a number's public bin, a text normalised, a category
+    as its value (the id is never a part: extracts re-key it)."""
+    if f.name == schema.id_field:
+        return None
+    if f.kind == "numeric":
+        return bin_expr(f).alias(f.name)
+    if f.kind == "text":
+        return pl.col(f.name).cast(pl.String).map_elements(
+            normalise, return_dtype=pl.String).alias(f.name)
+    return pl.col(f.name).cast(pl.String).alias(f.name)
+
+
+def _cells(key: bytes, frame: pl.DataFrame) -> np.ndarray:
+    """Keyed 64-bit hashes of every cell, each distinct value of a column hashed once."""
+    cells = np.empty((frame.height, frame.width), dtype=np.uint64)
+    for j, c in enumerate(frame.columns):
+        distinct = frame.select(pl.col(c).unique())
+        hashed = distinct.with_columns(pl.Series(
+            "__h", [_hash(key, c, v) for v in distinct[c].to_list()], dtype=pl.UInt64))
+        cells[:, j] = frame.select(c).join(hashed, on=c, how="left", nulls_equal=True,
+                                           maintain_order="left")["__h"].to_numpy()
+    return cells
+
+
+def _hash(key: bytes, column: str, value: Any) -> int:
+    text = json.dumps([column, value], sort_keys=True, default=str)
+    h = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=key, person=b"cell")
+    return int.from_bytes(h.digest(), "little")
+
+
+def _row_keys(cells: np.ndarray) -> np.ndarray:
+    key = np.zeros(cells.shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(cells.shape[1]):
+            key = (key * _MIX) ^ cells[:, j].astype(np.uint64)
+    return key
+
+
+def histories(new: People, charged: Sequence[People]) -> np.ndarray:
+    """Each new person's history: the union of the histories of every charged person they
+    match (a record, on the fields both extracts have when they share most of them, or
+    their linkage key), in words wide enough for the widest."""
+    words = max([c.history.shape[1] for c in charged], default=0)
+    out = np.zeros((new.count, words), dtype=np.uint64)
+    for c in charged:
+        if not c.count:
+            continue
+        wide = np.zeros((c.count, words), dtype=np.uint64)
+        wide[:, :c.history.shape[1]] = c.history
+        shared = [f for f in new.fields if f in c.fields]
+        if 2 * len(shared) >= max(len(new.fields), len(c.fields)):  # the same records, or
+            mine, theirs = new.record_keys(shared), c.record_keys(shared)  # a few fields less
+            order = np.argsort(theirs, kind="stable")
+            keys, owner = theirs[order], c.owners[order]
+            at = np.searchsorted(keys, mine)
+            at[at == keys.size] = 0
+            hit = keys[at] == mine
+            np.bitwise_or.at(out, new.owners[hit], wide[owner[at[hit]]])
+        if c.linkage_keys.any() and new.linkage_keys.any():
+            order = np.argsort(c.linkage_keys, kind="stable")
+            keys = c.linkage_keys[order]
+            at = np.searchsorted(keys, new.linkage_keys)
+            at[at == keys.size] = 0
+            hit = (keys[at] == new.linkage_keys) & (new.linkage_keys != 0)
+            out[hit] |= wide[order[at[hit]]]
+    return out
+
+
+def with_release(history: np.ndarray, seq: int) -> np.ndarray:
+    """``history`` with release number ``seq`` added (widened as needed)."""
+    words = max(history.shape[1], seq // WORD + 1)
+    out = np.zeros((history.shape[0], words), dtype=np.uint64)
+    out[:, :history.shape[1]] = history
+    out[:, seq // WORD] |= np.uint64(1 << (seq % WORD))
+    return out
+
+
+def spends(history: np.ndarray, epsilons: Sequence[float]) -> np.ndarray:
+    """Each person's lifetime spend: the sum of the epsilons of the releases in their
+    history (``epsilons[seq]``: what release ``seq`` counts for; an aborted one, 0)."""
+    eps = np.zeros(history.shape[1] * WORD)
+    k = min(eps.size, len(epsilons))  # a release no history reaches yet counts for none
+    eps[:k] = np.asarray(epsilons, dtype=np.float64)[:k]
+    bits = np.unpackbits(history.view(np.uint8).reshape(history.shape[0], -1),
+                         axis=1, bitorder="little")
+    return bits[:, :eps.size].astype(np.float64) @ eps

@@ -1,0 +1,399 @@
+"""Issue 60: a lifetime budget per person, kept where the steward cannot rewrite it.
+
+Every attempt the issue lists, each now refused with one line or held to the cap:
+re-pseudonymised extracts, perturbed copies, one person spread over many extracts, a new
+ledger folder or installation file, a rolled-back or hand-edited ledger, a spool left by a
+killed release, an output folder that is a symlink; and the PostgreSQL ledger's
+append-only role, tried as that role."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from release.config import load_config
+from release.installation import INSTALLATION_ENV, Installation, load_installation
+from release.ledger import LEDGER_ENV, LifetimeLedger, ledger_folder
+from release.ledger_people import histories, person_keys, spends, with_release
+from release.ledger_store import FolderStore, PostgresStore
+from release.pipeline import run_release
+from release.private_data import polars_dtypes
+from selpe_audit.artifact.signing import generate_keypair
+from selpe_audit.demo.generator import generate_rows
+from selpe_audit.errors import UserError
+from selpe_audit.schema import demo_schema_path, load_schema, parse_schema
+from tests.conftest import DEMO_SAMPLE, ROOT
+from tests.postgres import ADMIN_PW, postgres_bin, server
+
+EXE = str(Path(sys.executable).with_name("selpe-audit"))
+EXPERIMENTS = Installation.for_experiments("tests")
+CAP = Installation(max_epsilon=10.0)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    return generate_keypair(tmp_path_factory.mktemp("keys") / "release.pem")
+
+
+@pytest.fixture(scope="module")
+def schema():
+    return load_schema(demo_schema_path())
+
+
+def _frame(schema, rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema_overrides=polars_dtypes(schema), infer_schema_length=None)
+
+
+def _sample() -> pl.DataFrame:
+    return pl.read_csv(DEMO_SAMPLE, infer_schema=False)
+
+
+def _release(tmp: Path, key: Path, data: Path, tag: str, epsilon: float,
+             installation: Installation = CAP, **settings):
+    cfg = load_config(None, {"data": data, "schema": demo_schema_path(), "release_key": key,
+                             "out": tmp / f"out-{tag}", "lifetime_ledger": tmp / "ledger",
+                             "dataset": tag, "epsilon": epsilon, **settings})
+    return run_release(cfg, installation=installation)
+
+
+# ----- item 1: budget by person, across extracts --------------------------------------------
+
+def test_perturbed_and_rekeyed_copies_are_the_same_people(tmp_path, keys):
+    """After epsilon 6 of the cap 10 on the demo rows, the same rows re-keyed (a prefix on
+    every id), with age + 1, with the complaint upper-cased or a trailing space, or with
+    temperature + 1e-9 would take every person past the cap: refused, one line, how many,
+    never who; nothing spent."""
+    rows = _sample()
+    (tmp_path / "rows.csv").write_text(rows.write_csv())
+    _release(tmp_path, keys[0], tmp_path / "rows.csv", "triage", 6.0)
+    age = pl.col("age").cast(pl.Int64)
+    variants = {
+        "rekeyed": rows.with_columns(("Z" + pl.col("patient_id")).alias("patient_id")),
+        "older": rows.with_columns(pl.min_horizontal(age + 1, 105).cast(pl.String)
+                                   .alias("age")),
+        "upper": rows.with_columns(pl.col("chief_complaint").str.to_uppercase() + " "),
+        "warmer": rows.with_columns((pl.col("temperature_c").cast(pl.Float64) + 1e-9)
+                                    .cast(pl.String)),
+    }
+    for tag, frame in variants.items():
+        (tmp_path / f"{tag}.csv").write_text(frame.write_csv())
+        with pytest.raises(UserError) as e:
+            _release(tmp_path, keys[0], tmp_path / f"{tag}.csv", tag, 6.0)
+        msg = str(e.value)
+        assert "\n" not in msg and "would pass their lifetime epsilon 10" in msg, tag
+        assert "no DP mechanism ran" in msg and "--leave-out-exhausted" in msg
+        n = int(msg.split(" of the ")[0])
+        assert n >= 300, (tag, msg)  # age + 1 moves the few at a bin's edge out
+        assert not any(v in msg for v in rows["patient_id"].to_list()[:50])
+        assert not (tmp_path / f"out-{tag}" / "release.json").exists()
+    ledger = LifetimeLedger(tmp_path / "ledger", "rekeyed", installation=CAP)
+    assert ledger.spent() == (0.0, 0.0)  # refused before any mechanism: given back
+
+
+def test_one_person_in_many_small_extracts_is_held_to_the_cap(tmp_path, keys, schema):
+    """One patient's rows mixed into three extracts of 100 other people each: the third
+    release at epsilon 4 would take that person to 12 > 10: refused (1 person); with
+    --leave-out-exhausted it runs without them, and the artifact says the policy, never
+    how many were left out (that would tell of exactly them)."""
+    rows = _sample()
+    ids = rows["patient_id"].unique(maintain_order=True).to_list()
+    person = rows.filter(pl.col("patient_id") == ids[0])
+    for k in range(3):
+        others = rows.filter(pl.col("patient_id").is_in(ids[1 + 100 * k: 101 + 100 * k]))
+        pl.concat([others, person]).write_csv(tmp_path / f"x{k}.csv")
+    _release(tmp_path, keys[0], tmp_path / "x0.csv", "cohort-0", 4.0)
+    _release(tmp_path, keys[0], tmp_path / "x1.csv", "cohort-1", 4.0)
+    with pytest.raises(UserError, match=r"^1 of the 101 people in these rows would pass"):
+        _release(tmp_path, keys[0], tmp_path / "x2.csv", "cohort-2", 4.0)
+    doc = _release(tmp_path, keys[0], tmp_path / "x2.csv", "cohort-2b", 4.0,
+                   leave_out_exhausted=True).doc
+    assert doc["budget"]["leave_out_exhausted"] is True
+    assert "excluded" not in json.dumps(doc["budget"])
+    log = (tmp_path / "enclave.log").read_text()
+    assert "left out 1 person(s)" in log
+
+
+def test_linkage_fields_match_a_person_whose_records_differ(tmp_path, schema):
+    """With x-linkage (here sex and age, as birth year and sex would be), a person's new
+    visit - another record - is matched by those values; without it, only by records."""
+    raw = json.loads(demo_schema_path().read_text())
+    linked = parse_schema({**raw, "x-linkage": ["age", "sex"]})
+    first = _frame(schema, generate_rows(50, 3))
+    later = first.with_columns(pl.lit("new complaint text").alias("chief_complaint"),
+                               ("N" + pl.col("patient_id")).alias("patient_id"))
+    key = b"k" * 32
+    for s, expect in ((linked, True), (schema, False)):
+        old = person_keys(key, first, s, "patient_id")
+        old = old.subset(np.ones(old.count, bool), with_release(histories(old, []), 0))
+        hit = spends(histories(person_keys(key, later, s, "patient_id"), [old]), [1.0]) > 0
+        assert hit.all() if expect else not hit.any()
+    with pytest.raises(UserError, match="x-linkage names 'patient_id'"):
+        parse_schema({**raw, "x-linkage": ["patient_id"]})
+
+
+def test_new_people_are_released_after_the_cap_was_spent(tmp_path, keys, schema):
+    """The demo rows spent the whole cap; extracts of new people from the generator (five
+    seeds) are released, none of their people matched to a charged one."""
+    (tmp_path / "rows.csv").write_text(_sample().write_csv())
+    _release(tmp_path, keys[0], tmp_path / "rows.csv", "spent", 10.0)
+    store = FolderStore(tmp_path / "ledger")
+    charged = [_charged(store)]
+    for seed in range(5):
+        rows = generate_rows(300, seed=100 + seed)
+        new = person_keys(store.key(), _frame(schema, rows), schema, "patient_id")
+        assert spends(histories(new, charged), [10.0]).max() == 0.0
+        pl.DataFrame(rows).write_csv(tmp_path / f"new{seed}.csv")
+        _release(tmp_path, keys[0], tmp_path / f"new{seed}.csv", f"new-{seed}", 2.0)
+
+
+def _charged(store: FolderStore):
+    from release.ledger_people import People
+
+    event = next(e for e in store.events() if e["kind"] == "people")
+    return People.from_bytes(store.people(event))
+
+
+def test_a_dropped_column_is_the_same_records(schema):
+    """Records compared on the fields both extracts have, when they share most of them: the
+    same rows without pain_score match; a table sharing two fields is not compared."""
+    rows = _frame(schema, generate_rows(80, 4))
+    key = b"k" * 32
+    full = person_keys(key, rows, schema, "patient_id")
+    full = full.subset(np.ones(full.count, bool), with_release(histories(full, []), 0))
+    raw = json.loads(demo_schema_path().read_text())
+    for keep in (("pain_score",), tuple(f for f in raw["properties"]
+                                       if f not in ("patient_id", "sex", "acuity"))):
+        props = {k: v for k, v in raw["properties"].items() if k not in keep}
+        s = parse_schema({**raw, "properties": props, "required": list(props)})
+        hit = spends(histories(person_keys(key, rows.drop(list(keep)), s, "patient_id"),
+                               [full]), [1.0]) > 0
+        assert hit.all() if keep == ("pain_score",) else not hit.any()
+
+
+# ----- item 2: a ledger the steward cannot rewrite --------------------------------------------
+
+def test_a_folder_edited_by_hand_is_refused_and_an_abort_after_a_mechanism_is_no_refund(
+        tmp_path):
+    store = FolderStore(tmp_path / "ledger")
+    ledger = LifetimeLedger(tmp_path / "ledger", "ds", installation=CAP, store=store)
+    rid = ledger.reserve(4.0)
+    ledger.start_measuring(rid)
+    ledger.finish(rid, "aborted")  # what a hand could append: no refund once measuring
+    assert ledger.spent()[0] == 4.0
+    path = tmp_path / "ledger" / FolderStore.EVENTS_FILE
+    doc = json.loads(path.read_text())
+    doc["events"][1]["epsilon"] = 0.5
+    path.write_text(json.dumps(doc))
+    for call in (ledger.spent, lambda: ledger.reserve(1.0)):
+        with pytest.raises(UserError, match="MAC does not match: it was edited outside"):
+            call()
+    r = subprocess.run([EXE, "ledger", "show", "--ledger", str(tmp_path / "ledger")],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "MAC does not match" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_unsigned_raise_appended_to_the_log_changes_nothing(tmp_path):
+    ledger = LifetimeLedger(tmp_path / "ledger", "ds", 4.0, installation=CAP)
+    ledger.finish(ledger.reserve(4.0), "released")
+    ledger.store.append({"kind": "raise", "dataset": "ds", "by": "0" * 16,
+                         "lifetime_epsilon": {"from": 4.0, "to": 10.0},
+                         "lifetime_delta": {"from": 1e-5, "to": 1e-5}, "signature": "00"})
+    with pytest.raises(UserError, match="would be exceeded"):
+        LifetimeLedger(tmp_path / "ledger", "ds", installation=CAP).reserve(1.0)
+
+
+@pytest.fixture(scope="module")
+def pg_ledger():
+    """A PostgreSQL ledger set up by the administrator's script, its steward role."""
+    if postgres_bin() is None:
+        pytest.skip("PostgreSQL server binaries not installed (scripts/system-deps.sh)")
+    with server() as srv:
+        srv.execute("CREATE ROLE steward LOGIN PASSWORD 'steward-pw'")
+        r = subprocess.run(["psql", "-v", "steward=steward", "-q", "-f",
+                            str(ROOT / "scripts" / "ledger-postgres.sql"), srv.url("admin")],
+                           capture_output=True, text=True, env={**os.environ,
+                                                                "PGPASSWORD": ADMIN_PW})
+        assert r.returncode == 0, r.stderr
+        yield srv
+
+
+def _as_steward(monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", "steward-pw")
+
+
+def test_the_steward_role_can_only_append(pg_ledger, monkeypatch):
+    """As the steward: UPDATE, DELETE and TRUNCATE are refused on every table, INSERT and
+    SELECT work; a rollback is impossible."""
+    _as_steward(monkeypatch)
+    store = PostgresStore(pg_ledger.url("steward"))
+    ledger = LifetimeLedger(store.url, "pg", installation=CAP, store=store)
+    rid = ledger.reserve(3.0)
+    ledger.start_measuring(rid)
+    ledger.finish(rid, "released", epsilon=3.0)
+    import adbc_driver_postgresql.dbapi as dbapi
+
+    conn = dbapi.connect(pg_ledger.url("steward"), autocommit=True)
+    for sql in ("UPDATE ledger_events SET event = '{}'::jsonb",
+                "DELETE FROM ledger_events", "TRUNCATE ledger_events",
+                "UPDATE ledger_meta SET key = key", "DELETE FROM ledger_people",
+                "TRUNCATE ledger_people", "DROP TABLE ledger_events",
+                "ALTER TABLE ledger_events DISABLE TRIGGER ALL"):
+        with pytest.raises(Exception) as e, conn.cursor() as cur:
+            cur.execute(sql)
+        assert "42501" in str(getattr(e.value, "sqlstate", "")) + str(e.value) \
+            or "must be owner" in str(e.value) or "append-only" in str(e.value), sql
+    conn.close()
+    # not even the owner can change a row while the triggers stand
+    with pytest.raises(Exception, match="append-only"):
+        pg_ledger.execute("DELETE FROM ledger_events")
+    assert ledger.spent() == (3.0, 0.0)
+    # an "aborted" appended after the first mechanism refunds nothing
+    store.append({"kind": "end", "rid": rid, "status": "aborted"})
+    assert ledger.spent() == (3.0, 0.0)
+
+
+def test_a_release_against_the_postgres_ledger(pg_ledger, tmp_path, keys, monkeypatch):
+    """The installation names the PostgreSQL ledger: a release charges it (people
+    included), a second of the same people is held to the cap, and no flag, config or
+    variable points a release elsewhere."""
+    _as_steward(monkeypatch)
+    url = pg_ledger.url("steward")
+    etc = tmp_path / "etc"
+    etc.mkdir(mode=0o755)
+    conf = etc / "installation.toml"
+    conf.write_text(f'[installation]\n[lifetime]\nmax_epsilon = 10.0\n[ledger]\nurl = "{url}"\n')
+    monkeypatch.setenv(INSTALLATION_ENV, str(conf))
+    inst = load_installation()
+    assert inst.ledger == url
+    with pytest.raises(UserError, match="names the lifetime ledger; remove budget"):
+        ledger_folder(tmp_path / "elsewhere", inst)
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "env-folder"))
+    with pytest.raises(UserError, match=f"remove {LEDGER_ENV}"):
+        ledger_folder(None, inst)
+    monkeypatch.delenv(LEDGER_ENV)
+    base = {"data": DEMO_SAMPLE, "schema": demo_schema_path(), "release_key": keys[0],
+            "epsilon": 6.0}
+    r = subprocess.run([EXE, "release", "--data", str(DEMO_SAMPLE), "--schema",
+                        str(demo_schema_path()), "--key", str(keys[0]), "--out",
+                        str(tmp_path / "o"), "--lifetime-ledger", str(tmp_path / "new")],
+                       capture_output=True, text=True,
+                       env={**os.environ, INSTALLATION_ENV: str(conf)})
+    assert r.returncode != 0 and "names the lifetime ledger" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    cfg = load_config(None, {**base, "out": tmp_path / "out", "dataset": "pgdemo"})
+    assert cfg.budget.lifetime_ledger == url
+    doc = run_release(cfg, installation=inst).doc
+    store = PostgresStore(url)
+    assert doc["budget"]["lifetime_ledger"]["ledger_id"] == store.ledger_id()
+    kinds = [e["kind"] for e in store.events()]
+    assert {"reserve", "people", "measuring", "end"} <= set(kinds)
+    again = load_config(None, {**base, "out": tmp_path / "out2", "dataset": "pgdemo-again"})
+    with pytest.raises(UserError, match="would pass their lifetime epsilon 10"):
+        run_release(again, installation=inst)
+
+
+# ----- item 3: the administrator's file wins ----------------------------------------------------
+
+def test_the_installation_file_must_say_what_it_is_and_the_system_file_wins(tmp_path,
+                                                                         monkeypatch):
+    folder = tmp_path / "etc"
+    folder.mkdir(mode=0o755)
+    stray = folder / "subuid"
+    stray.write_text("")
+    with pytest.raises(UserError, match=r"not a selpe-audit installation file \(it has no "
+                                        r"\[installation\] table\)"):
+        load_installation(stray)
+    system = folder / "installation.toml"
+    system.write_text('[installation]\nname = "test"\n\n[lifetime]\nmax_epsilon = 3.0\n')
+    monkeypatch.setattr("release.installation.SYSTEM_INSTALLATION", system)
+    monkeypatch.setenv(INSTALLATION_ENV, str(stray))
+    with pytest.raises(UserError, match="is the only installation file in force"):
+        load_installation()
+    monkeypatch.setenv(INSTALLATION_ENV, str(system))
+    assert load_installation().max_epsilon == 3.0
+    monkeypatch.delenv(INSTALLATION_ENV)
+    assert load_installation().max_epsilon == 3.0
+    bad = folder / "ledger.toml"
+    bad.write_text('[installation]\n[ledger]\nurl = "postgresql://u:pw@h/db"\n')
+    with pytest.raises(UserError, match="carries a password"):
+        load_installation(bad)
+    bad.write_text('[installation]\n[ledger]\nfolder = "relative"\n')
+    with pytest.raises(UserError, match="absolute"):
+        load_installation(bad)
+
+
+def test_a_ledger_named_by_the_installation_cannot_be_escaped(tmp_path, monkeypatch):
+    monkeypatch.delenv(LEDGER_ENV, raising=False)
+    inst = Installation(ledger=tmp_path / "the-ledger", source="test installation")
+    assert ledger_folder(None, inst) == tmp_path / "the-ledger"
+    assert ledger_folder(tmp_path / "the-ledger", inst) == tmp_path / "the-ledger"
+    with pytest.raises(UserError, match="names the lifetime ledger"):
+        ledger_folder(tmp_path / "new-folder", inst)
+    with pytest.raises(UserError, match="never by a release setting"):
+        ledger_folder("postgresql://u@h/db", Installation())
+
+
+# ----- item 4: nothing private left behind -----------------------------------------------------
+
+def test_a_killed_release_leaves_no_spool_and_a_later_one_sweeps(tmp_path, keys, monkeypatch):
+    """A spool folder of a process that is gone is deleted when the next release starts; a
+    release stopped with SIGTERM deletes its own on the way out."""
+    from release.dp.mechanisms import SPOOL_ENV, SPOOL_PREFIX, sweep_spools
+
+    spools = tmp_path / "spool"
+    spools.mkdir()
+    monkeypatch.setenv(SPOOL_ENV, str(spools))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = spools / f"{SPOOL_PREFIX}{dead.pid}-abc"
+    stale.mkdir()
+    (stale / "rows.arrow").write_bytes(b"private")
+    live = spools / f"{SPOOL_PREFIX}{os.getpid()}-def"
+    live.mkdir()
+    assert sweep_spools() >= 1
+    assert not stale.exists() and live.exists()
+    live.rmdir()
+    rows = generate_rows(20_000, seed=5)
+    pl.DataFrame(rows).write_csv(tmp_path / "big.csv")
+    env = {**os.environ, SPOOL_ENV: str(spools), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([EXE, "release", "--data", str(tmp_path / "big.csv"), "--schema",
+                             str(demo_schema_path()), "--key", str(keys[0]), "--out",
+                             str(tmp_path / "out"), "--lifetime-ledger",
+                             str(tmp_path / "ledger"), "--epsilon", "2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(spools.glob(f"{SPOOL_PREFIX}*")):
+        time.sleep(0.05)
+    assert list(spools.glob(f"{SPOOL_PREFIX}*")), "the release made no spool"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert not list(spools.glob(f"{SPOOL_PREFIX}*"))
+
+
+def test_an_output_folder_that_is_or_holds_a_symlink_is_refused(tmp_path, keys):
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.txt").write_text("not the release's")
+    (tmp_path / "link").symlink_to(target)
+    (tmp_path / "holds").mkdir()
+    (tmp_path / "holds" / "release.json").symlink_to(target / "keep.txt")
+    for out in (tmp_path / "link", tmp_path / "link" / "sub", tmp_path / "holds"):
+        r = subprocess.run([EXE, "release", "--data", str(DEMO_SAMPLE), "--schema",
+                            str(demo_schema_path()), "--key", str(keys[0]), "--out", str(out),
+                            "--lifetime-ledger", str(tmp_path / "ledger")],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and "symlink" in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert (target / "keep.txt").read_text() == "not the release's"
+    assert not (tmp_path / "ledger").exists()  # refused before anything was reserved
