@@ -152,6 +152,11 @@ def _budget_parts(quick: bool) -> dict[str, Any]:
     return budget_parts.run(quick)
 
 
+def _person_ledger(quick: bool) -> dict[str, Any]:
+    from benchmarks import person_ledger
+    return person_ledger.run(quick)
+
+
 def _small_tables(quick: bool) -> dict[str, Any]:
     from benchmarks import small_tables
     return small_tables.run(quick)
@@ -160,6 +165,7 @@ def _small_tables(quick: bool) -> dict[str, Any]:
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "small_tables": ("python -m benchmarks.small_tables", _small_tables),
     "budget_parts": ("python -m benchmarks.budget_parts", _budget_parts),
+    "person_ledger": ("python -m benchmarks.person_ledger", _person_ledger),
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),
     "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),

@@ -104,7 +104,7 @@ ZCDP_INF = 1000.0
 
 # ----- one release in a child process ------------------------------------------------------
 
-_STAGES = {"read_validate_s": r"read, checked and fingerprinted the rows in ([\d.]+) s",
+_STAGES = {"read_validate_s": r"read, checked and charged the rows' people in ([\d.]+) s",
            "counts_s": r"counts \([\w-]+\) in ([\d.]+) s",
            "selection_s": r"selection \([\w-]+\) in ([\d.]+) s",
            "total_s": r"wrote and signed the artifact ([\d.]+) s after"}

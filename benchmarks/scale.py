@@ -9,7 +9,7 @@ rows and 10x as many people), each in a fresh interpreter so its peak RSS is its
 - a plain ``polars.read_csv`` of the same file (the yardstick for read+validate);
 - a counts-only release in the default counts mode (``fixed``, the DP phrase vocabulary on,
   the demo's TOML: person units, cohorts, rates), its stages from the enclave log: read and
-  check, fingerprint and unit hashes, phrase vocabulary and topic codes, the whole counts
+  check, the ledger's people, phrase vocabulary and topic codes, the whole counts
   stage, and the release's wall time;
 - a model-decoder decode of N records from the 10^5-row artifact (wall time, peak RSS);
 - private features (`Kernel.featurize_private`, the full default kernel) of min(N, 10^5)
@@ -50,7 +50,7 @@ DEFAULT_PATH_ROWS = 20_000
 FEATURE_ROWS = 100_000
 #: stages read from the release's enclave log
 STAGES = {"read_check_s": r"read and checked \d+ rows in ([\d.]+) s",
-          "fingerprint_s": r"fingerprint and unit hashes in ([\d.]+) s",
+          "people_s": r"charged \d+ people .* in ([\d.]+) s",
           "phrases_s": r"phrase vocabulary and topic codes in ([\d.]+) s",
           "counts_s": r"counts \([\w-]+\) in ([\d.]+) s",
           "features_s": r"private features of \d+ rows in ([\d.]+) s",
@@ -206,7 +206,7 @@ def _s(x: float | None) -> str:
 
 
 def table(r: dict[str, Any]) -> str:
-    head = ("| N | plain read s | read+check s (x read) | fingerprint s | phrases s | "
+    head = ("| N | plain read s | read+check s (x read) | ledger people s | phrases s | "
             "counts s | release s / GiB | decode model s / GiB | features ms/row |")
     lines = [head, "|" + "---|" * 9]
     for row in r["rows"]:
@@ -216,7 +216,7 @@ def table(r: dict[str, Any]) -> str:
         dec, feat = row.get("decode"), row.get("features")
         lines.append(
             f"| {row['n']:,} | {_s(plain['seconds'])} | {_s(rel['read_check_s'])}{ratio} | "
-            f"{_s(rel['fingerprint_s'])} | {_s(rel['phrases_s'])} | {_s(rel['counts_s'])} | "
+            f"{_s(rel.get('people_s'))} | {_s(rel['phrases_s'])} | {_s(rel['counts_s'])} | "
             f"{_s(rel['seconds'])} / {rel['peak_mib'] / 1024:.2f} | "
             + (f"{_s(dec['seconds'])} / {dec['peak_mib'] / 1024:.2f}" if dec else "")
             + " | " + (f"{1000 * feat['seconds'] / feat['rows']:.2f} ({feat['rows']:,} rows)"

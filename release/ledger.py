@@ -349,10 +349,10 @@ class LifetimeLedger:
             mine = state.releases.get(rid)
             if mine is None:
                 raise RuntimeError(f"reservation {rid} is not in the ledger")
-            charged = [People.from_bytes(self.store.people(r.people))
+            charged = (People.from_bytes(self.store.people(r.people))  # one at a time
                        for r in sorted(state.releases.values(), key=lambda r: r.number)
-                       if r.people is not None and r.rid != rid]
-            history = histories(people, charged)
+                       if r.people is not None and r.rid != rid)
+            history = histories(people, charged, len(state.releases))
             eps_by, delta_by = state.per_release()
             eps_by[mine.number], delta_by[mine.number] = 0.0, 0.0  # this one, added below
             before_eps, before_delta = spends(history, eps_by), spends(history, delta_by)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,17 +155,24 @@ def _row_keys(cells: np.ndarray) -> np.ndarray:
     return key
 
 
-def histories(new: People, charged: Sequence[People]) -> np.ndarray:
+def histories(new: People, charged: Iterable[People], releases: int | None = None,
+              ) -> np.ndarray:
     """Each new person's history: the union of the histories of every charged person they
     match (a record, on the fields both extracts have when they share most of them, or
-    their linkage key), in words wide enough for the widest."""
-    words = max([c.history.shape[1] for c in charged], default=0)
+    their linkage key). ``charged`` may be a generator (one extract in memory at a time);
+    ``releases``: how many the ledger holds (the words of a history; default: as many as
+    the widest charged history)."""
+    if releases is None:
+        charged = list(charged)
+        words = max([c.history.shape[1] for c in charged], default=0)
+    else:
+        words = -(-releases // WORD)
     out = np.zeros((new.count, words), dtype=np.uint64)
     for c in charged:
         if not c.count:
             continue
         wide = np.zeros((c.count, words), dtype=np.uint64)
-        wide[:, :c.history.shape[1]] = c.history
+        wide[:, :min(words, c.history.shape[1])] = c.history[:, :words]
         shared = [f for f in new.fields if f in c.fields]
         if 2 * len(shared) >= max(len(new.fields), len(c.fields)):  # the same records, or
             mine, theirs = new.record_keys(shared), c.record_keys(shared)  # a few fields less

@@ -3,8 +3,9 @@
 Only DP outputs (and post-processing of them) go into the artifact. The console shows
 shareable progress lines only; the invalid-row report (row numbers and reasons, never
 values) and timings go to the enclave-only log (`release.enclave_log`), outside the
-artifact folder. The rows are fingerprinted for the lifetime ledger after reading and
-before any mechanism runs (a renamed copy of released data is refused and refunded).
+artifact folder. The rows' people are charged in the lifetime ledger after reading and
+before any mechanism runs (a person the release would take past their lifetime cap stops
+it, refunded, or is left out on request).
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         return_freed_memory()
         log.write(f"charged {charge.people} people (the highest spend among them before: "
                   f"{charge.highest_before:g}) in {time.perf_counter() - t_bind:.2f} s")
-        log.write(f"read, checked and fingerprinted the rows in {time.perf_counter() - t0:.2f} s")
+        log.write(f"read, checked and charged the rows' people in "
+                  f"{time.perf_counter() - t0:.2f} s")
     except BaseException:
         ledger.finish(rid, "aborted")
         raise

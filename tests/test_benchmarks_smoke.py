@@ -329,3 +329,19 @@ def test_small_tables_quick(tmp_path):
     text = out.read_text()
     assert "| dataset | n | synthesizer |" in text and "small_tables-gap.svg" in text
     assert (out.parent / "plots" / "small_tables-gap.svg").read_text().startswith("<svg")
+
+
+def test_person_ledger_quick(tmp_path):
+    """Issue 60's measurements at smoke size, through the runner: a fresh extract's people
+    are not matched to the charged sample and it is released; the Adult halves' share is a
+    share; the charge is timed; the PostgreSQL release ran (when the server binaries are
+    there)."""
+    out = _run_runner(tmp_path, "person_ledger")
+    r = json.loads(out.with_suffix(".json").read_text())["person_ledger"]["result"]
+    (fresh,) = r["false_matches"]["demo"]
+    assert fresh["matched_share"] == 0.0 and fresh["released"]
+    assert r["false_matches"]["sample_spent"] == 10.0
+    assert 0 <= r["false_matches"]["adult"]["matched_share"] <= 1
+    assert r["speed"]["seconds"] > 0 and r["speed"]["people"] > 0
+    assert "median_s" in r["postgresql"] or "skipped" in r["postgresql"]
+    assert "| measure | value |" in out.read_text()

@@ -280,7 +280,7 @@ def test_review_html_words_the_guarantee_by_unit(tmp_path, keys):
 def test_zero_share_is_refused_before_the_ledger_reserves(tmp_path, keys, flags, needle):
     r = _cli(*_release_args(tmp_path, keys[0], *flags))
     assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
-    assert not list((tmp_path / "ledger").glob("*.ledger.json"))
+    assert not (tmp_path / "ledger" / "events.json").exists()
 
 
 def test_opendp_identifier_is_the_person_id(keys, tmp_path, demo_schema):
