@@ -152,6 +152,11 @@ def _budget_parts(quick: bool) -> dict[str, Any]:
     return budget_parts.run(quick)
 
 
+def _release_time(quick: bool) -> dict[str, Any]:
+    from benchmarks import release_time
+    return release_time.run(quick)
+
+
 def _person_ledger(quick: bool) -> dict[str, Any]:
     from benchmarks import person_ledger
     return person_ledger.run(quick)
@@ -165,6 +170,7 @@ def _small_tables(quick: bool) -> dict[str, Any]:
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "small_tables": ("python -m benchmarks.small_tables", _small_tables),
     "budget_parts": ("python -m benchmarks.budget_parts", _budget_parts),
+    "release_time": ("python -m benchmarks.release_time", _release_time),
     "person_ledger": ("python -m benchmarks.person_ledger", _person_ledger),
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),

@@ -302,9 +302,9 @@ def sweep_spools() -> int:
 
 def _alive(pid: str) -> bool:
     """Whether process ``pid`` (a spool folder's) still runs; a folder named otherwise (an
-    earlier version's, without a pid) counts as gone."""
+    earlier version's, without a pid) is never taken for gone: its release may be running."""
     if not pid.isdigit():
-        return False
+        return True
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
