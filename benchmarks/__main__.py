@@ -164,7 +164,8 @@ def _person_ledger(quick: bool) -> dict[str, Any]:
 
 def _small_tables(quick: bool) -> dict[str, Any]:
     from benchmarks import small_tables
-    return small_tables.run(quick)
+    resume = os.environ.get("SMALL_TABLES_RESUME")  # a folder keeping finished runs
+    return small_tables.run(quick, resume=Path(resume) if resume else None)
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {

@@ -1,6 +1,7 @@
 """Small private tables: the default release next to smartnoise-synth's AIM and MST, 400 rows up.
 
     python -m benchmarks.small_tables [--quick] [--json FILE] [--datasets demo,adult]
+                                      [--resume DIR]
 
 Datasets (members / test rows):
 
@@ -13,13 +14,16 @@ Datasets (members / test rows):
 Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each decoded by
 the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
 and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
-own venv; free text dropped). Every side is scored with its text blanked by both evaluators
-(`benchmarks.common.record_gaps`: the record evaluator's LR and gradient boosting, the
-standard tabular one's one-hot LR and native-categorical gradient boosting), as gaps to a
-same-size real sample of the members.
+own venv; free text dropped); on tables above `LARGE` rows the peers run `LARGE_PEER_RUNS`
+times (AIM takes 6-12 minutes a run there on 2 cores). Every side is scored with its text
+blanked by both evaluators (`benchmarks.common.record_gaps`: the record evaluator's LR and
+gradient boosting, the standard tabular one's one-hot LR and native-categorical gradient
+boosting), as gaps to a same-size real sample of the members.
 
 Writes, besides its result: `selpe_audit/data/expected_gaps.json`, the measured gaps by
-size that ``selpe-audit demo`` quotes next to its own numbers. ``--quick``: demo at 400 rows,
+size that ``selpe-audit demo`` quotes next to its own numbers. ``--resume DIR`` keeps every
+finished run in ``DIR/runs.jsonl`` and skips it when run again, so an interrupted run of
+several hours loses one run at most. ``--quick``: demo at 400 rows,
 one release and one run of each peer (if its venv can be built).
 """
 
@@ -42,6 +46,8 @@ EPSILON = 2.0
 DEMO_SIZES = (400, 1_000, 3_000, 20_000)
 ADULT_SIZES = (500, 2_000, None)  # None: every training row
 RELEASES = 5
+LARGE = 10_000
+LARGE_PEER_RUNS = 2
 TEST_ROWS = 2_000
 PEERS = ("aim", "mst")
 SCORES = ("lr", "gb", "std_lr", "std_gb")
@@ -76,9 +82,32 @@ def _typed(schema: Any, rows: list[dict]) -> list[dict]:
                                for r in rows])
 
 
+class _Runs:
+    """Finished runs, kept in a JSON-lines file (when given) so a rerun skips them."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.done: dict[tuple, dict[str, Any]] = {}
+        if path is not None and path.exists():
+            for text in path.read_text().splitlines():
+                line = json.loads(text)
+                self.done[self.key(line)] = line
+
+    @staticmethod
+    def key(line: dict[str, Any]) -> tuple:
+        return line["dataset"], line["n"], line["synthesizer"], line["run"]
+
+    def add(self, line: dict[str, Any]) -> None:
+        self.done[self.key(line)] = line
+        _say(line)
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
 def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path,
-          releases: int, peers: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Every release and peer run on one dataset size."""
+          releases: int, peers: tuple[str, ...], runs: _Runs) -> None:
+    """Every release and peer run on one dataset size not yet in ``runs``."""
     import polars as pl
 
     from benchmarks.smartnoise_peer import run_peer
@@ -88,54 +117,72 @@ def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path
     schema = load_schema(schema_path)
     n = len(members)
     folder = base / f"{dataset}-{n}"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     data = folder / "members.csv"
     pl.DataFrame(members).write_csv(data)
     key, trust, _ = generate_keypair(folder / "k.pem")
     typed_members, typed_test = _typed(schema, members), _typed(schema, test)
-    lines = []
     for i in range(releases):
+        if (dataset, n, "ours", i) in runs.done:
+            continue
         sub = folder / f"ours-{i}"
-        sub.mkdir()
+        sub.mkdir(exist_ok=True)
         rel = release(sub, data, schema_path, key, {"epsilon": EPSILON})
         syn = decode(rel.out, trust, n, "model", i, sub / "model.csv", schema)
-        lines.append({"dataset": dataset, "n": n, "synthesizer": "ours", "seconds": rel.seconds,
-                      "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)})
-        _say(lines[-1], i)
+        runs.add({"dataset": dataset, "n": n, "synthesizer": "ours", "run": i,
+                  "seconds": rel.seconds,
+                  "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)})
+    peer_runs = releases if n <= LARGE else min(releases, LARGE_PEER_RUNS)
     for synth in peers:
-        for i in range(releases):
+        for i in range(peer_runs):
+            if (dataset, n, f"smartnoise {synth}", i) in runs.done:
+                continue
             t0 = time.perf_counter()
             syn = run_peer(schema, members, synth, EPSILON, n, folder, i)
             if syn is None:
                 break
-            lines.append({"dataset": dataset, "n": n, "synthesizer": f"smartnoise {synth}",
-                          "seconds": time.perf_counter() - t0,
-                          "gaps": record_gaps(schema, _typed(schema, syn), typed_members,
-                                              typed_test, i, False)})
-            _say(lines[-1], i)
-    return lines
+            runs.add({"dataset": dataset, "n": n, "synthesizer": f"smartnoise {synth}",
+                      "run": i, "seconds": time.perf_counter() - t0,
+                      "gaps": record_gaps(schema, _typed(schema, syn), typed_members,
+                                          typed_test, i, False)})
 
 
-def _say(line: dict[str, Any], i: int) -> None:
+def _say(line: dict[str, Any]) -> None:
     g = line["gaps"]
-    print(f"{line['dataset']} {line['n']} {line['synthesizer']} {i + 1}: gap LR {g['lr']:.3f} "
-          f"GB {g['gb']:.3f} ({line['seconds']:.0f} s)", flush=True)
+    print(f"{line['dataset']} {line['n']} {line['synthesizer']} {line['run'] + 1}: "
+          f"gap LR {g['lr']:.3f} GB {g['gb']:.3f} ({line['seconds']:.0f} s)", flush=True)
 
 
-def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult")) -> dict[str, Any]:
+def _cases(quick: bool, datasets: tuple[str, ...]) -> list[tuple[str, int | None]]:
+    """Smallest first, and the slow largest tables last."""
+    if quick:
+        return [("demo", DEMO_SIZES[0])]
+    small = [("demo", n) for n in DEMO_SIZES if n <= LARGE] + \
+        [("adult", n) for n in ADULT_SIZES if n is not None and n <= LARGE]
+    large = [("demo", n) for n in DEMO_SIZES if n > LARGE] + \
+        [("adult", n) for n in ADULT_SIZES if n is None or n > LARGE]
+    return [c for c in small + large if c[0] in datasets]
+
+
+def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult"),
+        resume: Path | None = None) -> dict[str, Any]:
     releases = 1 if quick else RELEASES
-    lines: list[dict[str, Any]] = []
+    if resume is not None:
+        resume.mkdir(parents=True, exist_ok=True)
+    runs = _Runs(None if resume is None else resume / "runs.jsonl")
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        if "demo" in datasets:
-            for n in DEMO_SIZES[:1] if quick else DEMO_SIZES:
+        for dataset, n in _cases(quick, datasets):
+            if dataset == "demo":
                 members, test, schema = _demo(n, 600 if quick else TEST_ROWS)
-                lines += _case(base, "demo", members, test, schema, releases, PEERS)
-        if "adult" in datasets and not quick:
-            for n in ADULT_SIZES:
+            else:
                 members, test, schema = _adult(n)
-                lines += _case(base, "adult", members, test, schema, releases, PEERS)
-    results = aggregate(lines, ("dataset", "n", "synthesizer"))
+            _case(base, dataset, members, test, schema, releases, PEERS, runs)
+    lines = sorted(runs.done.values(), key=lambda x: (
+        x["n"] > LARGE, x["dataset"] != "demo", x["n"], x["synthesizer"] != "ours",
+        x["synthesizer"], x["run"]))
+    results = aggregate([{k: v for k, v in x.items() if k != "run"} for x in lines],
+                        ("dataset", "n", "synthesizer"))
     out = {"epsilon": EPSILON, "results": results, "table": _table(results),
            "summary": _summary(results)}
     if not quick and "demo" in datasets:
@@ -220,8 +267,9 @@ def plots(result: dict[str, Any]) -> list[tuple[str, str, str]]:
 def main() -> None:
     p = command.parser(__doc__)
     p.add_argument("--datasets", default="demo,adult", help="demo, adult or both")
+    p.add_argument("--resume", type=Path, help="keep finished runs here; skip them when rerun")
     a = p.parse_args()
-    command.finish(run(a.quick, tuple(a.datasets.split(","))), a.json)
+    command.finish(run(a.quick, tuple(a.datasets.split(",")), a.resume), a.json)
 
 
 if __name__ == "__main__":

@@ -292,6 +292,7 @@ def test_exemplar_text_quick(tmp_path):
     assert "| dataset | vocabulary | releases | released keywords |" in out.read_text()
 
 
+@pytest.mark.slow
 def test_budget_parts_quick(tmp_path):
     """Issue 59's parts of the budget at smoke size, through the runner: each configuration
     is a release scored by both evaluators; the default spends nothing on selection, and

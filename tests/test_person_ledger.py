@@ -397,3 +397,11 @@ def test_an_output_folder_that_is_or_holds_a_symlink_is_refused(tmp_path, keys):
         assert len(r.stderr.strip().splitlines()) == 1
     assert (target / "keep.txt").read_text() == "not the release's"
     assert not (tmp_path / "ledger").exists()  # refused before anything was reserved
+
+
+def test_a_folder_of_the_earlier_per_dataset_format_is_refused(tmp_path):
+    """Its releases charged datasets, not people: it is kept as a record, not read as one."""
+    (tmp_path / "ledger").mkdir()
+    (tmp_path / "ledger" / "triage.ledger.json").write_text("{}")
+    with pytest.raises(UserError, match="earlier per-dataset format"):
+        LifetimeLedger(tmp_path / "ledger", "triage", installation=CAP).reserve(1.0)
