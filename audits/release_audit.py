@@ -60,6 +60,7 @@ from audits.stats import CONFIDENCE, zcdp_epsilon, zcdp_rho
 from release.config import load_config
 from release.installation import Installation
 from release.pipeline import run_release
+from release.plan import size_epsilon, vocabulary_budget
 from selpe_audit.artifact.signing import generate_keypair
 
 CLASSES = (0, 1, 2)
@@ -202,6 +203,8 @@ class Score:
     def __call__(self, doc: dict[str, Any]) -> float:
         s = 0.0
         for q, y in released_counts(doc).items():  # Gaussian: linear in the output
+            if q not in self.centers or len(y) != len(self.centers[q]):
+                continue  # a run whose plan chose another workload: those cells not scored
             s += float(np.dot(np.asarray(y, dtype=float) - self.centers[q],
                               self.shifts[q])) / self.variances[q]
         for c, w in winners(doc).items():
@@ -209,11 +212,30 @@ class Score:
         return s
 
 
+def workload_key(doc: dict[str, Any]) -> tuple:
+    """The marginals a release measured, their sizes and noise: the plan chooses them from
+    a DP row count, so two runs on the same table may differ."""
+    sd = stated_stddev(doc)
+    return tuple(sorted((q, len(y), sd[q]) for q, y in released_counts(doc).items()))
+
+
+def common_workload(docs: list[dict]) -> list[dict]:
+    """The runs that share the most common workload (all of them, unless the plan's noisy
+    row count crossed one of its thresholds in some run)."""
+    (key, _), = Counter(workload_key(d) for d in docs).most_common(1)
+    return [d for d in docs if workload_key(d) == key]
+
+
 def fit_score(docs_d: list[dict], docs_dp: list[dict]) -> Score:
+    docs_d = common_workload(docs_d)
+    key = workload_key(docs_d[0])
+    docs_dp = [d for d in docs_dp if workload_key(d) == key] or docs_dp
     counts_d = [released_counts(d) for d in docs_d]
     counts_dp = [released_counts(d) for d in docs_dp]
     centers, shifts = {}, {}
     for q in counts_d[0]:
+        if any(len(c.get(q, ())) != len(counts_d[0][q]) for c in counts_dp):
+            continue
         md = np.mean([c[q] for c in counts_d], axis=0)
         mdp = np.mean([c[q] for c in counts_dp], axis=0)
         centers[q], shifts[q] = (md + mdp) / 2, mdp - md
@@ -234,7 +256,9 @@ def noise_check(docs_d: list[dict], sensitivity: int, claimed_rho: float, delta:
     the noise variance over the stated one, pooled over every cell (each around its mean
     over the runs) with a two-sided chi-square ``confidence`` interval, times the stated
     rho, sum of sensitivity^2 / (2 stddev^2). Passes when its lower end, and the
-    artifact's stated rho, are at most ``claimed_rho``."""
+    artifact's stated rho, are at most ``claimed_rho``. Only the runs of the most common
+    workload are pooled (`common_workload`)."""
+    docs_d = common_workload(docs_d)
     stated = stated_stddev(docs_d[0])
     counts = [released_counts(d) for d in docs_d]
     per_query, ss, dof = {}, 0.0, 0
@@ -292,9 +316,16 @@ def audit_release(a: ReleaseAudit, runs: int = DEFAULT_RUNS,
     fp, fn = error_counts(test, y_d, y_dp)
     res = eps_lb_of(fp, runs, fn, runs, claimed_delta, confidence)
     counts_eps, counts_delta = claim.budget.counts_epsilon, claim.counts_delta
-    noise = noise_check(cal_d + fresh_d, a.sensitivity, zcdp_rho(counts_eps, counts_delta),
-                        counts_delta, noise_confidence)
+    # the marginals' share: the counts' less the plan's row count and any vocabulary (pure
+    # and approximate DP outside the Gaussian marginals the noise check measures)
+    marg_eps, marg_delta = counts_eps - size_epsilon(claim), counts_delta
+    if a.phrases:
+        vocab_eps, vocab_delta = vocabulary_budget(claim, 1)
+        marg_eps, marg_delta = marg_eps - vocab_eps, marg_delta - vocab_delta
+    noise = noise_check(cal_d + fresh_d, a.sensitivity, zcdp_rho(marg_eps, marg_delta),
+                        marg_delta, noise_confidence)
     noise["claimed_counts_epsilon"] = counts_eps
+    noise["claimed_marginals_epsilon"] = marg_eps
     doc = fresh_d[0]
     return {
         "mechanism": f"release ({a.unit} unit)",

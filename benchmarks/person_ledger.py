@@ -183,6 +183,7 @@ def postgres(base: Path, repeats: int) -> dict[str, Any]:
     """The demo release against the folder ledger and the PostgreSQL one, interleaved."""
     from release.config import load_config
     from release.installation import INSTALLATION_ENV, load_installation
+    from release.ledger import FIXED_ENV, LEDGER_ENV
     from release.pipeline import run_release
     from selpe_audit.artifact.signing import generate_keypair
     from tests.postgres import ADMIN_PW, postgres_bin, server
@@ -206,8 +207,11 @@ def postgres(base: Path, repeats: int) -> dict[str, Any]:
         try:
             for i in range(repeats):
                 for where in ("folder", "postgresql"):
-                    if where == "postgresql":
+                    saved = {k: os.environ.pop(k, None) for k in (LEDGER_ENV, FIXED_ENV)}
+                    if where == "postgresql":  # the installation names the ledger alone
                         os.environ[INSTALLATION_ENV] = str(conf)
+                    else:
+                        os.environ.update({k: v for k, v in saved.items() if v is not None})
                     try:
                         inst = load_installation()
                         cfg = load_config(None, {
@@ -219,6 +223,7 @@ def postgres(base: Path, repeats: int) -> dict[str, Any]:
                         times[where].append(time.perf_counter() - t0)
                     finally:
                         os.environ.pop(INSTALLATION_ENV, None)
+                        os.environ.update({k: v for k, v in saved.items() if v is not None})
         finally:
             os.environ.pop("PGPASSWORD", None)
     med = {k: statistics.median(v) for k, v in times.items()}

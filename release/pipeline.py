@@ -306,7 +306,7 @@ def _coded_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, frame: p
         del encoder
     for name, v in vocab.items():  # a row's topics: its own text's phrase or keywords
         frame = frame.with_columns(_slot_codes(rows[name], v))
-    if vocab or codebooks:
+    if vocabulary_fields or codebooks:  # timed also when a vocabulary released nothing
         log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.2f} s")
     return CodedRows(frame, phrase_entries, vocab, spent, topics)
 

@@ -443,7 +443,8 @@ def test_release_audit_of_the_default_config_passes_and_flags_a_factor_two(unit)
     assert d["embedder"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert "field:note" in d["kernel_channels"]
     noise = good["noise_check"]
-    assert noise["claimed_rho"] == pytest.approx(stats.zcdp_rho(0.5, 1e-6))
+    # the marginals' rho: the counts' 0.5 less the plan's row count (0.05 of epsilon)
+    assert noise["claimed_rho"] == pytest.approx(stats.zcdp_rho(0.45, 1e-6))
     assert noise["rho_stated"] == pytest.approx(noise["claimed_rho"], rel=1e-6)
     bad = audit_release(ReleaseAudit(unit=unit, calibrate_to=2.0), runs=3,
                         calibration_runs=3, **strict)
@@ -461,7 +462,7 @@ def test_release_audit_with_the_dp_phrase_vocabulary_passes_and_flags_a_factor_t
     writing three notes (each far above OpenDP's threshold at epsilon 4, so every run
     releases the same three); the canary's own note is held by one person and never
     released. A correct release passes; counts at twice their epsilon are flagged by the
-    noise check (the claim's rho is that of the whole counts budget, phrases included)."""
+    noise check (the claim's rho: the marginals' share, the row count and phrases left out)."""
     from audits.release_audit import ReleaseAudit, audit_release
 
     strict = {"confidence": STRICT, "noise_confidence": STRICT}

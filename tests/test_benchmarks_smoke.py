@@ -211,7 +211,7 @@ def test_scale_benchmark_quick(tmp_path):
     assert [x["n"] for x in r["rows"]] == [2_000, 10_000]
     for x in r["rows"]:
         rel = x["release"]
-        for stage in ("read_check_s", "fingerprint_s", "phrases_s", "counts_s"):
+        for stage in ("read_check_s", "people_s", "phrases_s", "counts_s"):
             assert rel[stage] is not None, stage
         assert 0 <= rel["read_check_s"] < rel["seconds"] and rel["peak_mib"] > 0
         assert x["decode"]["rows"] == x["n"] and x["features"]["rows"] == x["n"]
@@ -310,7 +310,9 @@ def test_budget_parts_quick(tmp_path):
         assert 0 <= x["tvd_1way"]["mean"] <= 1 and 0 <= x["tvd_2way"]["mean"] <= 1
     for n in (400, 1000):
         default = rows[(n, "default")]
-        assert default["terms"]["mean"] == 0 and default["text_tstr"]["mean"] == 0.5
+        # one neutral text in every record: at chance (test texts that share its words
+        # move the score a little off 0.5)
+        assert default["terms"]["mean"] == 0 and abs(default["text_tstr"]["mean"] - 0.5) < 0.05
         for m in ("lr", "gb"):  # the bar: never worse than blanked, within 0.005
             assert default["gaps"][f"text_gain_{m}"]["mean"] >= -0.005, m
     assert "| dataset | n | release | runs | LR gap |" in out.read_text()

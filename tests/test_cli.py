@@ -75,11 +75,15 @@ def test_every_release_argument_reaches_the_config_field_that_declares_it(tmp_pa
     for s in cli_settings():
         if s.flag in base or s.flag in ("--query", "--table", "--counts-share", "--delta"):
             continue  # set in base, database-only, or the pair of shares and delta (below)
-        value = s.choices[-1] if s.choices else samples[s.type]
-        value = {"--unit": "row", "--lifetime-epsilon": "4"}.get(s.flag, value)
+        if s.type is bool:  # a switch: given without a value, it sets its field true
+            value, given = "True", [s.flag]
+        else:
+            value = s.choices[-1] if s.choices else samples[s.type]
+            value = {"--unit": "row", "--lifetime-epsilon": "4"}.get(s.flag, value)
+            given = [s.flag, value]
         owner = mode_setting_owner(s.key)  # a selection mode's own setting: that mode
         mode = ["--selection", owner] if owner else []
-        args = parser.parse_args([*base, *mode, s.flag, value])
+        args = parser.parse_args([*base, *mode, *given])
         overrides = {k: v for k, v in vars(args).items() if k != "config"}
         cfg = load_config(None, overrides)
         section, name = OVERRIDES.get(s.key, (None, s.key))

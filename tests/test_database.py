@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from release.database import DatabaseSource, is_database_url, read_frame
@@ -199,10 +201,10 @@ def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_
     assert _shape(doc_db) == _shape(doc_csv)
     assert doc_db["source"]["kind"] == "postgresql" and len(doc_db["source"]) == 2
     # keyed with the ledger folder's secret, which stays in the enclave
-    from release.ledger import LedgerFolder
+    from release.ledger_store import open_store
 
     src = DatabaseSource(pg.url(), table="public.triage_canary")
-    key = LedgerFolder(tmp_path / "db" / "ledger").key()
+    key = open_store(tmp_path / "db" / "ledger").key()
     assert doc_db["source"] == src.public_description(key)
     assert doc_db["source"]["query_hmac_sha256"] != hashlib.sha256(src.sql.encode()).hexdigest()
     assert doc_csv["source"] == {"kind": "file", "format": "csv"}
@@ -227,18 +229,25 @@ def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_
 ])
 def test_release_errors_are_one_line_and_charge_nothing(pg, release_key, tmp_path, args,
                                                         password, message):
-    import json
-
     priv, _ = release_key
     r, out = _release(tmp_path, priv, "--data", pg.url(), *args, password=password)
     assert r.returncode != 0
     err = [line for line in r.stderr.splitlines() if "error" in line]
     assert len(err) == 1 and message in err[0], r.stderr
     assert "Traceback" not in r.stderr and not (out / "release.json").exists()
-    for ledger in (tmp_path / "ledger").glob("*.json"):
-        doc = json.loads(ledger.read_text())
-        for rel in doc.get("releases", []):
-            assert rel["status"] == "aborted", rel
+    for rel in _ledger_releases(tmp_path / "ledger"):
+        assert rel["status"] == "aborted", rel
+
+
+def _ledger_releases(folder: Path) -> list[dict]:
+    """Every release the ledger folder records (none where it was never made)."""
+    from release.ledger import LifetimeLedger, datasets
+    from release.ledger_store import open_store
+
+    if not folder.exists():
+        return []
+    return [rel for ds in datasets(open_store(folder))
+            for rel in LifetimeLedger(folder, ds).summary()["releases"]]
 
 
 def test_a_password_on_the_command_line_is_refused(release_key, tmp_path):
@@ -246,4 +255,4 @@ def test_a_password_on_the_command_line_is_refused(release_key, tmp_path):
     r, _ = _release(tmp_path, priv, "--data", "postgresql://reader:hunter2@127.0.0.1/db",
                     "--table", "t")
     assert r.returncode != 0 and "PGPASSWORD" in r.stderr and "hunter2" not in r.stderr
-    assert not (tmp_path / "ledger").exists() or not any((tmp_path / "ledger").glob("*.json"))
+    assert _ledger_releases(tmp_path / "ledger") == []

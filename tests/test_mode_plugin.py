@@ -105,8 +105,9 @@ def test_a_plugin_mode_releases_and_reads_off_site_without_the_plugin(tmp_path, 
     priv, pub, _ = keys[0]
     art = tmp_path / "out" / "release"
     r = _run("release", "--data", str(DEMO_SAMPLE), "--schema", str(demo_schema_path()),
-             "--key", str(priv), "--out", str(art), "--selection", "toy-max", "--candidates",
-             str(pool), "--counts-mode", "toy-fixed", "--dataset", "plugin-demo", plugin=plugin)
+             "--key", str(priv), "--out", str(art), "--selection", "toy-max", "--counts-share",
+             "0.5", "--candidates", str(pool), "--counts-mode", "toy-fixed", "--dataset",
+             "plugin-demo", plugin=plugin)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     doc = json.loads((art / "release.json").read_text())
     assert doc["selection"]["mode"] == "toy-max"

@@ -141,8 +141,8 @@ CANARY_WORD = "zorblaxitis"  # one person's word, in several of that person's ro
 
 
 def _phrase_release(tmp: Path, key: Path) -> dict:
-    """A `fixed` release (counts only) of 2,500 demo rows: one person writes the canary
-    word in 6 rows; 600 other people write "chest pain since morning"."""
+    """A `fixed` release (counts only, the vocabulary on) of 2,500 demo rows: one person
+    writes the canary word in 6 rows; 600 other people write "chest pain since morning"."""
     rows = generate_rows(2_500, seed=41)
     for i, r in enumerate(rows[:600]):
         r.update(patient_id=f"CP{i:05d}", chief_complaint="chest pain since morning")
@@ -154,7 +154,8 @@ def _phrase_release(tmp: Path, key: Path) -> dict:
         "release_key": key, "out": tmp / "out", "lifetime_ledger": tmp / "ledger",
         "schema": demo_schema_path(), "enclave_log": tmp / "enclave.log"})
     cfg = with_settings(base, data=data, counts_mode="fixed", cohorts=(), rates=(),
-                        keyword_slots=3)  # the several-slot path (the default is 1)
+                        keyword_slots=3,  # the several-slot path (the default is 1)
+                        phrases=True)  # at 2,500 rows the plan ("auto") would skip it
     return {"cfg": cfg, "doc": run_release(cfg).doc}
 
 

@@ -186,9 +186,9 @@ def test_lifetime_delta_adds_up_across_releases(tmp_path):
     ledger.finish(aborted, "aborted")
     ledger.reserve(1.0, 1e-6)
     assert ledger.spent() == (3.0, pytest.approx(2e-6))
-    doc = json.loads(ledger.path.read_text())
-    assert doc["lifetime_delta"] == 2.5e-6 and [r.get("delta") for r in doc["releases"]] == [
-        1e-6, 1e-6, None, 1e-6]
+    doc = ledger.summary()
+    assert doc["lifetime_delta"] == 2.5e-6 and [r["delta"] for r in doc["releases"]] == [
+        1e-6, 1e-6, 0.0, 1e-6]
 
 
 def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
@@ -344,14 +344,13 @@ def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
     when the release fails after the counts."""
     import gc
     import stat
-    import tempfile
 
     import release.dp.mechanisms as om
     import release.pipeline as pipeline
 
     spool_root = tmp_path / "tmp"
     spool_root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(spool_root))
+    monkeypatch.setenv("SELPE_AUDIT_SPOOL", str(spool_root))
     seen: list[tuple[Path, int, int]] = []
     made = om.spooled_context
 
