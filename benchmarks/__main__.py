@@ -149,7 +149,8 @@ def _counts_modes(quick: bool) -> dict[str, Any]:
 
 def _budget_parts(quick: bool) -> dict[str, Any]:
     from benchmarks import budget_parts
-    return budget_parts.run(quick)
+    from benchmarks.common import RunCache
+    return budget_parts.run(quick, RunCache.from_env("budget_parts", budget_parts.KEYS))
 
 
 def _release_time(quick: bool) -> dict[str, Any]:
@@ -164,8 +165,8 @@ def _person_ledger(quick: bool) -> dict[str, Any]:
 
 def _small_tables(quick: bool) -> dict[str, Any]:
     from benchmarks import small_tables
-    resume = os.environ.get("SMALL_TABLES_RESUME")  # a folder keeping finished runs
-    return small_tables.run(quick, resume=Path(resume) if resume else None)
+    from benchmarks.common import RunCache
+    return small_tables.run(quick, runs=RunCache.from_env("small_tables", small_tables.KEYS))
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {

@@ -22,7 +22,8 @@ epsilon buys when the counts get it:
 
 And ``reviews``: 600 Rotten Tomatoes review snippets (`benchmarks.reviews`: real, long,
 sentiment-laden text; the row unit), in the default, ``+ selection`` and ``before``
-releases, 4 each: where the vocabulary can release nothing, the text must stay neutral.
+releases, `REVIEW_RELEASES` each: where the vocabulary can release nothing, the text must
+stay neutral.
 
 Scored against the test rows: record TSTR gaps to a same-size real sample with the text
 blanked (`benchmarks.common.record_gaps`: LR and gradient boosting), what the synthetic text
@@ -44,21 +45,23 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import command
-from benchmarks.common import aggregate, cell, decode, record_gaps, release
+from benchmarks.common import RunCache, aggregate, cell, decode, record_gaps, release
 from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 EPSILON = 2.0
 SIZES = (400, 1_000, 3_000, 20_000)
-RELEASES = {400: 8, 1_000: 6, 3_000: 4, 20_000: 2}
+RELEASES = {400: 4, 1_000: 3, 3_000: 2, 20_000: 1}
+KEYS = ("dataset", "n", "config", "run")  # one release
 TEST_ROWS = 2_000
 REVIEW_ROWS = 600  # a small table of long real text, where the vocabulary releases little
 REVIEW_CONFIGS = ("default", "+ selection", "before")
+REVIEW_RELEASES = 2
 LLM_SIZES = (400, 3_000)
 LLM_CONFIGS = ("default", "before")
 LLM_ROWS = 200
-LLM_RELEASES = 2
+LLM_RELEASES = 1
 SELECTION = {"counts_share": 0.5, "selection_share": 0.5}
 COHORTS_AND_RATES = "cohorts_and_rates"  # the demo configuration's [[cohorts]] and [[rates]]
 #: name -> settings
@@ -110,7 +113,7 @@ def _one(folder: Path, data: Path, schema_path: Path, schema: Any, key: Path, tr
     return line
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, runs: RunCache | None = None) -> dict[str, Any]:
     import polars as pl
 
     from benchmarks import reviews
@@ -120,34 +123,41 @@ def run(quick: bool = False) -> dict[str, Any]:
 
     sizes = SIZES[:2] if quick else SIZES
     configs = QUICK_CONFIGS if quick else tuple(CONFIGS)
-    lines: list[dict[str, Any]] = []
+    runs = runs or RunCache(None, KEYS)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         key, trust, _ = generate_keypair(base / "k.pem")
         cases = [("demo", demo_schema_path(), generate_rows(n, seed=n),
                   generate_rows(600 if quick else TEST_ROWS, seed=7), configs,
                   1 if quick else RELEASES[n]) for n in sizes]
-        if not quick:
+        if not quick:  # before the largest table, whose releases take longest
             members, test = reviews.split()
-            cases.append(("reviews", reviews.write_schema(base / "reviews.schema.json"),
-                          members[:REVIEW_ROWS], test[:TEST_ROWS], REVIEW_CONFIGS, 4))
+            cases.insert(len(cases) - 1, (
+                "reviews", reviews.write_schema(base / "reviews.schema.json"),
+                members[:REVIEW_ROWS], test[:TEST_ROWS], REVIEW_CONFIGS, REVIEW_RELEASES))
         for k, (dataset, schema_path, members, test, names, releases) in enumerate(cases):
             schema = load_schema(schema_path)
             data = base / f"members-{k}.csv"
             pl.DataFrame(members).write_csv(data)
             for config in names:
                 for i in range(releases):
+                    if not runs.wanted(dataset, len(members), config, i):
+                        continue
                     llm = (not quick and dataset == "demo" and i < LLM_RELEASES
                            and len(members) in LLM_SIZES and config in LLM_CONFIGS)
                     folder = base / f"{k}-{names.index(config)}-{i}"
                     folder.mkdir()
-                    lines.append({"dataset": dataset, **_one(
+                    line = runs.add({"dataset": dataset, "run": i, **_one(
                         folder, data, schema_path, schema, key, trust, members, test, config, i,
                         llm)})
-                    g = lines[-1]["gaps"]
+                    g = line["gaps"]
                     print(f"{dataset} {len(members)} {config} {i + 1}: gap LR "
                           f"{g['lr']:.3f} GB {g['gb']:.3f}", flush=True)
-    results = aggregate(lines, ("dataset", "n", "config"))
+    order = {c: k for k, c in enumerate(CONFIGS)}
+    lines = sorted(runs.done.values(), key=lambda x: (x["dataset"] != "demo", x["n"],
+                                                      order[x["config"]], x["run"]))
+    results = aggregate([{k: v for k, v in x.items() if k != "run"} for x in lines],
+                        ("dataset", "n", "config"))
     return {"epsilon": EPSILON, "results": results, "table": _table(results),
             "summary": _summary(results)}
 

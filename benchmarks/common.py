@@ -4,6 +4,8 @@ its range. DP noise is never seeded, so each release is a fresh draw."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -140,3 +142,49 @@ def cell(x: dict[str, float] | None, digits: int = 3) -> str:
     if x["min"] == x["max"]:
         return f"{x['mean']:.{digits}f}"
     return f"{x['mean']:.{digits}f} ({x['min']:.{digits}f}-{x['max']:.{digits}f})"
+
+
+class RunCache:
+    """Finished runs of a long benchmark, kept one JSON line each in ``folder/runs.jsonl``
+    (no folder: in memory only), so that a rerun skips them: an interrupted run of hours
+    loses one run at most. With ``cached_only`` nothing new runs (`wanted` is False): the
+    tables are built from what finished, each cell saying how many runs it has."""
+
+    def __init__(self, folder: Path | None, keys: Sequence[str], cached_only: bool = False):
+        self.keys, self.cached_only = tuple(keys), cached_only
+        self.path = None if folder is None else Path(folder) / "runs.jsonl"
+        self.done: dict[tuple, Row] = {}
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                for text in self.path.read_text().splitlines():
+                    try:
+                        line = json.loads(text)
+                    except json.JSONDecodeError:  # cut off by a crash mid-write: not finished
+                        continue
+                    self.done[self.key(line)] = line
+
+    def key(self, line: Row) -> tuple:
+        return tuple(line[k] for k in self.keys)
+
+    def wanted(self, *key: Any) -> bool:
+        """Whether the run named by ``key`` (the `keys`' values) is still to run."""
+        return tuple(key) not in self.done and not self.cached_only
+
+    def add(self, line: Row) -> Row:
+        self.done[self.key(line)] = line
+        if self.path is not None:
+            text = self.path.read_text() if self.path.exists() else ""
+            with self.path.open("a") as f:  # after a cut-off line, on a line of its own
+                f.write(("\n" if text and not text.endswith("\n") else "")
+                        + json.dumps(line) + "\n")
+        return line
+
+    @classmethod
+    def from_env(cls, name: str, keys: Sequence[str]) -> RunCache:
+        """The cache the runner uses for benchmark ``name``: ``$BENCH_RESUME/name`` when set
+        (``$BENCH_CACHED_ONLY=1``: tables from the finished runs alone), else none."""
+        root = os.environ.get("BENCH_RESUME")
+        return cls(Path(root) / name if root else None, keys,
+                   os.environ.get("BENCH_CACHED_ONLY") == "1")
+

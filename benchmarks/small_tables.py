@@ -1,7 +1,7 @@
 """Small private tables: the default release next to smartnoise-synth's AIM and MST, 400 rows up.
 
     python -m benchmarks.small_tables [--quick] [--json FILE] [--datasets demo,adult]
-                                      [--resume DIR]
+                                      [--resume DIR [--cached-only]]
 
 Datasets (members / test rows):
 
@@ -22,8 +22,9 @@ boosting), as gaps to a same-size real sample of the members.
 
 Writes, besides its result: `selpe_audit/data/expected_gaps.json`, the measured gaps by
 size that ``selpe-audit demo`` quotes next to its own numbers. ``--resume DIR`` keeps every
-finished run in ``DIR/runs.jsonl`` and skips it when run again, so an interrupted run of
-several hours loses one run at most. ``--quick``: demo at 400 rows,
+finished run in ``DIR/runs.jsonl`` and skips it when run again (`benchmarks.common.RunCache`;
+through ``python -m benchmarks``: ``BENCH_RESUME=DIR``), so an interrupted run of several
+hours loses one run at most. ``--quick``: demo at 400 rows,
 one release and one run of each peer (if its venv can be built).
 """
 
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import command
-from benchmarks.common import aggregate, cell, decode, record_gaps, release
+from benchmarks.common import RunCache, aggregate, cell, decode, record_gaps, release
 from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,6 +47,7 @@ EPSILON = 2.0
 DEMO_SIZES = (400, 1_000, 3_000, 20_000)
 ADULT_SIZES = (500, 2_000, None)  # None: every training row
 RELEASES = 5
+KEYS = ("dataset", "n", "synthesizer", "run")  # one run
 LARGE = 10_000
 LARGE_PEER_RUNS = 2
 TEST_ROWS = 2_000
@@ -82,31 +84,8 @@ def _typed(schema: Any, rows: list[dict]) -> list[dict]:
                                for r in rows])
 
 
-class _Runs:
-    """Finished runs, kept in a JSON-lines file (when given) so a rerun skips them."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.done: dict[tuple, dict[str, Any]] = {}
-        if path is not None and path.exists():
-            for text in path.read_text().splitlines():
-                line = json.loads(text)
-                self.done[self.key(line)] = line
-
-    @staticmethod
-    def key(line: dict[str, Any]) -> tuple:
-        return line["dataset"], line["n"], line["synthesizer"], line["run"]
-
-    def add(self, line: dict[str, Any]) -> None:
-        self.done[self.key(line)] = line
-        _say(line)
-        if self.path is not None:
-            with self.path.open("a") as f:
-                f.write(json.dumps(line) + "\n")
-
-
 def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path,
-          releases: int, peers: tuple[str, ...], runs: _Runs) -> None:
+          releases: int, peers: tuple[str, ...], runs: RunCache) -> None:
     """Every release and peer run on one dataset size not yet in ``runs``."""
     import polars as pl
 
@@ -123,28 +102,28 @@ def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path
     key, trust, _ = generate_keypair(folder / "k.pem")
     typed_members, typed_test = _typed(schema, members), _typed(schema, test)
     for i in range(releases):
-        if (dataset, n, "ours", i) in runs.done:
+        if not runs.wanted(dataset, n, "ours", i):
             continue
         sub = folder / f"ours-{i}"
         sub.mkdir(exist_ok=True)
         rel = release(sub, data, schema_path, key, {"epsilon": EPSILON})
         syn = decode(rel.out, trust, n, "model", i, sub / "model.csv", schema)
-        runs.add({"dataset": dataset, "n": n, "synthesizer": "ours", "run": i,
-                  "seconds": rel.seconds,
-                  "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)})
+        _say(runs.add({"dataset": dataset, "n": n, "synthesizer": "ours", "run": i,
+                       "seconds": rel.seconds,
+                       "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)}))
     peer_runs = releases if n <= LARGE else min(releases, LARGE_PEER_RUNS)
     for synth in peers:
         for i in range(peer_runs):
-            if (dataset, n, f"smartnoise {synth}", i) in runs.done:
+            if not runs.wanted(dataset, n, f"smartnoise {synth}", i):
                 continue
             t0 = time.perf_counter()
             syn = run_peer(schema, members, synth, EPSILON, n, folder, i)
             if syn is None:
                 break
-            runs.add({"dataset": dataset, "n": n, "synthesizer": f"smartnoise {synth}",
-                      "run": i, "seconds": time.perf_counter() - t0,
-                      "gaps": record_gaps(schema, _typed(schema, syn), typed_members,
-                                          typed_test, i, False)})
+            _say(runs.add({"dataset": dataset, "n": n, "synthesizer": f"smartnoise {synth}",
+                           "run": i, "seconds": time.perf_counter() - t0,
+                           "gaps": record_gaps(schema, _typed(schema, syn), typed_members,
+                                               typed_test, i, False)}))
 
 
 def _say(line: dict[str, Any]) -> None:
@@ -165,11 +144,9 @@ def _cases(quick: bool, datasets: tuple[str, ...]) -> list[tuple[str, int | None
 
 
 def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult"),
-        resume: Path | None = None) -> dict[str, Any]:
+        runs: RunCache | None = None) -> dict[str, Any]:
     releases = 1 if quick else RELEASES
-    if resume is not None:
-        resume.mkdir(parents=True, exist_ok=True)
-    runs = _Runs(None if resume is None else resume / "runs.jsonl")
+    runs = runs or RunCache(None, KEYS)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         for dataset, n in _cases(quick, datasets):
@@ -268,8 +245,11 @@ def main() -> None:
     p = command.parser(__doc__)
     p.add_argument("--datasets", default="demo,adult", help="demo, adult or both")
     p.add_argument("--resume", type=Path, help="keep finished runs here; skip them when rerun")
+    p.add_argument("--cached-only", action="store_true",
+                   help="with --resume: the tables from the finished runs, nothing new run")
     a = p.parse_args()
-    command.finish(run(a.quick, tuple(a.datasets.split(",")), a.resume), a.json)
+    runs = RunCache(a.resume, KEYS, a.cached_only)
+    command.finish(run(a.quick, tuple(a.datasets.split(",")), runs), a.json)
 
 
 if __name__ == "__main__":

@@ -348,3 +348,22 @@ def test_person_ledger_quick(tmp_path):
     assert r["speed"]["seconds"] > 0 and r["speed"]["people"] > 0
     assert "median_s" in r["postgresql"] or "skipped" in r["postgresql"]
     assert "| measure | value |" in out.read_text()
+
+
+def test_a_resumed_benchmark_runs_only_what_did_not_finish(tmp_path):
+    """`RunCache`: finished runs are kept on disk and skipped by a rerun; with cached_only
+    nothing new runs; a line cut off by a crash mid-write is not a finished run."""
+    from benchmarks.common import RunCache
+
+    cache = RunCache(tmp_path, ("n", "run"))
+    assert cache.wanted(400, 0)
+    cache.add({"n": 400, "run": 0, "gap": 0.1})
+    with (tmp_path / "runs.jsonl").open("a") as f:
+        f.write('{"n": 400, "run": 1, "ga')  # killed while writing
+    again = RunCache(tmp_path, ("n", "run"))
+    assert not again.wanted(400, 0) and again.wanted(400, 1)
+    assert list(again.done.values()) == [{"n": 400, "run": 0, "gap": 0.1}]
+    again.add({"n": 400, "run": 1, "gap": 0.2})
+    assert len(RunCache(tmp_path, ("n", "run")).done) == 2
+    cached = RunCache(tmp_path, ("n", "run"), cached_only=True)
+    assert not cached.wanted(400, 2) and not cached.wanted(1_000, 0)
