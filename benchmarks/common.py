@@ -76,6 +76,11 @@ def blank_texts(schema: Any, rows: Sequence[Row]) -> list[Row]:
     return [{**r, **dict.fromkeys(texts, "")} for r in rows]
 
 
+#: the real sample's AUCs by (schema, members, test, size, seed, text): several releases
+#: of one table are scored against the same real sample
+_REAL_AUCS: dict[tuple, tuple[dict[str, float], tuple]] = {}
+
+
 def record_gaps(schema: Any, syn: Sequence[Row], members: Sequence[Row],
                 test: Sequence[Row], seed: int, with_text: bool = True) -> dict[str, float]:
     """TSTR gaps (a same-size real sample's macro AUC minus the synthetic set's) on the
@@ -86,7 +91,7 @@ def record_gaps(schema: Any, syn: Sequence[Row], members: Sequence[Row],
     set's AUC with its text minus without (the target: never below 0)."""
     from audits.utility import evaluate_record_text, evaluate_standard, real_sample_like
 
-    real = real_sample_like(members, len(syn), seed)
+    real_key = (id(schema), id(members), id(test), len(syn), seed, with_text)
 
     def aucs(train: Sequence[Row]) -> dict[str, float]:
         blank = evaluate_record_text(schema, blank_texts(schema, train),
@@ -100,7 +105,11 @@ def record_gaps(schema: Any, syn: Sequence[Row], members: Sequence[Row],
             out |= {"text_lr": text["lr"]["macro_auc"], "text_gb": text["gb"]["macro_auc"]}
         return out
 
-    on_syn, on_real = aucs(syn), aucs(real)
+    on_syn = aucs(syn)
+    if real_key not in _REAL_AUCS:  # the same real sample for every release of a size
+        real = real_sample_like(members, len(syn), seed)
+        _REAL_AUCS[real_key] = (aucs(real), (schema, members, test))  # kept alive: ids stay
+    on_real = _REAL_AUCS[real_key][0]
     out = {k: on_real[k] - on_syn[k] for k in on_syn} | {f"real_{k}": v
                                                          for k, v in on_real.items()}
     if "text_lr" in on_syn:  # what the synthetic text adds to its own records' AUC
