@@ -14,11 +14,11 @@ Datasets (members / test rows):
 Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each decoded by
 the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
 and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
-own venv; free text dropped); on tables above `LARGE` rows the peers run `LARGE_PEER_RUNS`
-times (AIM takes 6-12 minutes a run there on 2 cores). Every side is scored with its text
-blanked by both evaluators (`benchmarks.common.record_gaps`: the record evaluator's LR and
-gradient boosting, the standard tabular one's one-hot LR and native-categorical gradient
-boosting), as gaps to a same-size real sample of the members.
+own venv; free text dropped); on the largest tables the peers run fewer times, on the full
+Adult not at all (`PEER_RUNS`: AIM takes 10-20 minutes a run there on 2 cores). Every side
+is scored with its text blanked by both evaluators (`benchmarks.common.record_gaps`: the
+record evaluator's LR and gradient boosting, the standard tabular one's one-hot LR and
+native-categorical gradient boosting), as gaps to a same-size real sample of the members.
 
 Writes, besides its result: `selpe_audit/data/expected_gaps.json`, the measured gaps by
 size that ``selpe-audit demo`` quotes next to its own numbers. ``--resume DIR`` keeps every
@@ -47,9 +47,12 @@ EPSILON = 2.0
 DEMO_SIZES = (400, 1_000, 3_000, 20_000)
 ADULT_SIZES = (500, 2_000, None)  # None: every training row
 RELEASES = 5
+#: peer runs by table size: AIM takes 2-5 minutes a run at 500-3,000 rows on 2 cores and
+#: 10-20 at 20,000 and more, so the largest tables get fewer (the table says how many)
+PEER_RUNS = ((1_000, RELEASES), (3_000, 3), (20_000, 1))
+FEW_PEER_RUNS = 0  # above the last size listed (the full Adult: ours alone)
 KEYS = ("dataset", "n", "synthesizer", "run")  # one run
-LARGE = 10_000
-LARGE_PEER_RUNS = 2
+LARGE = 10_000  # the tables run last
 TEST_ROWS = 2_000
 PEERS = ("aim", "mst")
 SCORES = ("lr", "gb", "std_lr", "std_gb")
@@ -111,7 +114,7 @@ def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path
         _say(runs.add({"dataset": dataset, "n": n, "synthesizer": "ours", "run": i,
                        "seconds": rel.seconds,
                        "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)}))
-    peer_runs = releases if n <= LARGE else min(releases, LARGE_PEER_RUNS)
+    peer_runs = min(releases, next((k for size, k in PEER_RUNS if n <= size), FEW_PEER_RUNS))
     for synth in peers:
         for i in range(peer_runs):
             if not runs.wanted(dataset, n, f"smartnoise {synth}", i):
