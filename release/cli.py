@@ -38,6 +38,10 @@ def _run(args: argparse.Namespace) -> int:
         overrides.update(counts_share=args.counts_share, selection_share=1 - args.counts_share)
     cfg = load_config(args.config, overrides)
     console = Console(stderr=True, highlight=False)
+    if args.selection_mode and not cfg.selects:  # asked for, but the budget gives it nothing
+        console.print(f"note: --selection {args.selection_mode} gets no epsilon (the budget is "
+                      "counts only by default) and does not run; --counts-share 0.5 gives it "
+                      "half")
     result = run_release(cfg, console)
     ledger = result.doc["ledger"]
     t = Table(title="privacy ledger")

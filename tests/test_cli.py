@@ -95,3 +95,21 @@ def test_every_release_argument_reaches_the_config_field_that_declares_it(tmp_pa
     overrides["selection_share"] = 0.0
     cfg = load_config(None, overrides)
     assert cfg.budget.counts_share == 1.0 and cfg.budget.delta == 1e-4
+
+
+def test_a_selection_mode_without_a_share_says_it_does_not_run(tmp_path):
+    """The budget is counts only by default: naming a selection mode alone runs no selection,
+    and the release says so in one line, with the flag that gives it a share."""
+    import json
+
+    from selpe_audit.schema import demo_schema_path
+    from tests.conftest import DEMO_SAMPLE
+
+    assert run("keygen", str(tmp_path / "k.pem")).returncode == 0
+    out = tmp_path / "out"
+    r = run("release", "--data", str(DEMO_SAMPLE), "--schema", str(demo_schema_path()),
+            "--key", str(tmp_path / "k.pem"), "--out", str(out), "--selection", "selpe",
+            "--lifetime-ledger", str(tmp_path / "ledger"))
+    assert r.returncode == 0, r.stderr
+    assert "--selection selpe gets no epsilon" in r.stderr and "--counts-share 0.5" in r.stderr
+    assert json.loads((out / "release.json").read_text()).get("selection") is None
