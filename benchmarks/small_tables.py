@@ -14,8 +14,9 @@ Datasets (members / test rows):
 Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each decoded by
 the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
 and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
-own venv; free text dropped); on the largest tables the peers run fewer times, on the full
-Adult not at all (`PEER_RUNS`: AIM takes 10-20 minutes a run there on 2 cores). Every side
+own venv; free text dropped); above 1,000 rows the peers run once, AIM not above 3,000 rows
+and neither on the full Adult (`PEER_RUNS`, `AIM_MAX_ROWS`: an AIM run took 16 minutes at
+2,000 Adult rows on 2 shared cores). Every side
 is scored with its text blanked by both evaluators (`benchmarks.common.record_gaps`: the
 record evaluator's LR and gradient boosting, the standard tabular one's one-hot LR and
 native-categorical gradient boosting), as gaps to a same-size real sample of the members.
@@ -49,8 +50,9 @@ ADULT_SIZES = (500, 2_000, None)  # None: every training row
 RELEASES = 5
 #: peer runs by table size: AIM takes 2-5 minutes a run at 500-3,000 rows on 2 cores and
 #: 10-20 at 20,000 and more, so the largest tables get fewer (the table says how many)
-PEER_RUNS = ((1_000, RELEASES), (3_000, 3), (20_000, 1))
+PEER_RUNS = ((1_000, RELEASES), (3_000, 1), (20_000, 1))
 FEW_PEER_RUNS = 0  # above the last size listed (the full Adult: ours alone)
+AIM_MAX_ROWS = 3_000  # AIM above: 15-30 minutes a run here, not run
 KEYS = ("dataset", "n", "synthesizer", "run")  # one run
 LARGE = 10_000  # the tables run last
 TEST_ROWS = 2_000
@@ -116,7 +118,7 @@ def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path
                        "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)}))
     peer_runs = min(releases, next((k for size, k in PEER_RUNS if n <= size), FEW_PEER_RUNS))
     for synth in peers:
-        for i in range(peer_runs):
+        for i in range(peer_runs if synth != "aim" or n <= AIM_MAX_ROWS else 0):
             if not runs.wanted(dataset, n, f"smartnoise {synth}", i):
                 continue
             t0 = time.perf_counter()
