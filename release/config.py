@@ -179,8 +179,8 @@ class BudgetConfig:
         f"Gaussian selection modes; default {DEFAULT_DELTA:g}); counts mode 'marginals' with "
         "selpe is pure epsilon-DP")
     # counts only by default: the default decoder (model) reads no exemplar, and half of
-    # epsilon on selection cost the records a third of their AUC above chance at 400 rows
-    # (docs/release.md, "What each part of the budget buys"; benchmarks.budget_parts)
+    # epsilon on selection cost the records 0.10 of TSTR AUC at 400 rows (docs/release.md,
+    # "What each part of the budget buys"; benchmarks.budget_parts)
     counts_share: float = setting(1.0, "share of epsilon for noisy counts; the rest goes to "
                                        "the SelPE selection of exemplars for the LLM decoder "
                                        "(1 = counts only)")
