@@ -56,9 +56,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         data, schema = tables["demo, 400 rows"]
         release(warm, data, schema, key, {"epsilon": 2.0, **SETTINGS["with selection"]})
         for i in range(repeats):
-            for table, (data, schema) in tables.items():
-                for name, settings in SETTINGS.items():
-                    folder = base / f"{i}-{len(times)}"
+            for t, (table, (data, schema)) in enumerate(tables.items()):
+                for s, (name, settings) in enumerate(SETTINGS.items()):
+                    folder = base / f"{i}-{t}-{s}"
                     folder.mkdir()
                     t0 = time.perf_counter()
                     release(folder, data, schema, key, {"epsilon": 2.0, **settings})
