@@ -367,3 +367,16 @@ def test_a_resumed_benchmark_runs_only_what_did_not_finish(tmp_path):
     assert len(RunCache(tmp_path, ("n", "run")).done) == 2
     cached = RunCache(tmp_path, ("n", "run"), cached_only=True)
     assert not cached.wanted(400, 2) and not cached.wanted(1_000, 0)
+
+
+@pytest.mark.slow
+def test_release_time_quick(tmp_path):
+    """Issue 59's release time at smoke size, through the runner: each small table released
+    on the default path and with selection, once each, timed; the summary names the worst."""
+    out = _run_runner(tmp_path, "release_time")
+    r = json.loads(out.with_suffix(".json").read_text())["release_time"]["result"]
+    assert {(x["table"], x["release"]) for x in r["rows"]} == {
+        (t, s) for t in ("demo, 400 rows", "reviews, 600 rows")
+        for s in ("default", "with selection")}
+    assert all(x["runs"] == 1 and x["median_s"] > 0 for x in r["rows"])
+    assert "target 60 s" in r["summary"] and "| table | release | median s |" in out.read_text()
