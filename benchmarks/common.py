@@ -166,12 +166,16 @@ class RunCache:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists():
-                for text in self.path.read_text().splitlines():
+                text = self.path.read_text()
+                for part in text.splitlines():
                     try:
-                        line = json.loads(text)
+                        line = json.loads(part)
                     except json.JSONDecodeError:  # cut off by a crash mid-write: not finished
                         continue
                     self.done[self.key(line)] = line
+                if text and not text.endswith("\n"):  # the next run on a line of its own
+                    with self.path.open("a") as f:
+                        f.write("\n")
 
     def key(self, line: Row) -> tuple:
         return tuple(line[k] for k in self.keys)
@@ -183,10 +187,8 @@ class RunCache:
     def add(self, line: Row) -> Row:
         self.done[self.key(line)] = line
         if self.path is not None:
-            text = self.path.read_text() if self.path.exists() else ""
-            with self.path.open("a") as f:  # after a cut-off line, on a line of its own
-                f.write(("\n" if text and not text.endswith("\n") else "")
-                        + json.dumps(line) + "\n")
+            with self.path.open("a") as f:
+                f.write(json.dumps(line) + "\n")
         return line
 
     @classmethod
