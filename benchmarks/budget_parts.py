@@ -13,7 +13,7 @@ epsilon buys when the counts get it:
   (the split the release had before the plan);
 - ``vocabulary forced`` / ``vocabulary off``: the DP keyword vocabulary run whatever the
   plan says (``phrases = true``), and not at all (each only where the plan's own choice
-  differs: forced below `VOCABULARY_ROWS`, off above);
+  differs: forced where the plan would skip it, off where it runs it);
 - ``public bins``: every field with the class over its public bins (``signal_sigmas`` 0:
   the workload before sizing);
 - ``+ cohorts, rates``: the demo configuration's two cohorts and one rate (gamma and alpha
@@ -56,9 +56,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 EPSILON = 2.0
 SIZES = (400, 1_000, 3_000, 20_000)
 RELEASES = {400: 3, 1_000: 2, 3_000: 2, 20_000: 1}
-#: the plan's vocabulary runs from about this many rows at epsilon 2 (docs/release.md): below
-#: it "vocabulary off" is the default, above it "vocabulary forced" is
-VOCABULARY_ROWS = 3_700
 #: above this many rows the configurations with selection are left out (the LLM's candidates
 #: and the private features of every row take most of an hour on 2 cores)
 SELECTION_ROWS = 3_000
@@ -100,8 +97,17 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _same_as_default(n: int) -> str:
-    """The vocabulary configuration that is the default's own at ``n`` rows."""
-    return "vocabulary off" if n < VOCABULARY_ROWS else "vocabulary forced"
+    """The vocabulary configuration that is the default's own at ``n`` rows, as the release's
+    plan decides it for a table of that size."""
+    from release.config import load_config
+    from release.dp.mechanisms import NoisyCount
+    from release.plan import plan_release
+    from selpe_audit.schema import demo_schema_path, load_schema
+
+    cfg = load_config(None, {"data": "x.csv", "schema": demo_schema_path(),
+                             "release_key": "k.pem", "epsilon": EPSILON})
+    plan = plan_release(cfg, load_schema(cfg.schema), NoisyCount(n, "", 0.0, 0.0))
+    return "vocabulary forced" if plan.vocabulary_fields else "vocabulary off"
 
 
 def _one(folder: Path, data: Path, schema_path: Path, schema: Any, key: Path, trust: Path,
