@@ -100,7 +100,7 @@ def _same_as_default(n: int) -> str:
     """The vocabulary configuration that is the default's own at ``n`` rows, as the release's
     plan decides it for a table of that size."""
     from release.config import load_config
-    from release.dp.mechanisms import NoisyCount
+    from release.dp.counts import NoisyCount
     from release.plan import plan_release
     from selpe_audit.schema import demo_schema_path, load_schema
 

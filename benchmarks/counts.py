@@ -30,7 +30,8 @@ from release.config import DEFAULT_EPSILON, CountsConfig
 from release.counts.keys import derive_frame
 from release.counts.marginals import plan_queries
 from release.dp import enable as enable_opendp
-from release.dp.mechanisms import PrivacyUnit, new_context, release_counts
+from release.dp.counts import make_context, release_counts
+from release.dp.unit import PrivacyUnit
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import demo_schema_path, load_schema
 
@@ -78,7 +79,7 @@ def _run(side: str, rows: int, repeats: int, out: Any) -> None:
         times.append(time.perf_counter() - t0)
         if side == "opendp":  # the compositor alone: the frame's hand-off to OpenDP
             t0 = time.perf_counter()
-            new_context(frame, PrivacyUnit(), [q.epsilon for q in queries])
+            make_context(frame, PrivacyUnit(), [q.epsilon for q in queries])
             handoff.append(time.perf_counter() - t0)
     out.put({"side": side, "median_s": statistics.median(times), "peak_mib": _peak_mib(),
              "queries": len(queries),

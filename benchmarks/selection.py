@@ -26,7 +26,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from release.dp import enable as enable_opendp
-from release.dp.mechanisms import batch_noisy_max
+from release.dp.noisy_max import make_calibrated_noisy_max
 from release.private_data import read_private_rows
 from release.selection.selpe import batch_ids
 from selpe_audit.demo.generator import generate_rows
@@ -59,7 +59,7 @@ def cost(kernel: Kernel, b: int, m: int, repeats: int) -> dict[str, Any]:
         centers = kernel.centers(priv, batch_ids(ids, bytes([r]) * 32, b), b)
         u = -kernel.distances(centers, cand_m, scale)
         t1 = time.perf_counter()
-        selector = batch_noisy_max(m, 0.4)
+        selector = make_calibrated_noisy_max(m, 0.4)
         _ = [selector(np.clip(row, -1, 0).tolist()) for row in u]
         t2 = time.perf_counter()
         util_t.append(t1 - t0)
@@ -93,7 +93,7 @@ def signal(kernel: Kernel, schema: Any, pool_size: int, b: int, reps: int) -> di
             u[centers.empty] = 0.0
             out["inf"] += [float(d_priv[int(np.argmax(row))]) for row in u]
             for eps in ("2", "0.1"):
-                sel = batch_noisy_max(cf.n, float(eps))
+                sel = make_calibrated_noisy_max(cf.n, float(eps))
                 out[eps] += [float(d_priv[sel(np.clip(row, -1, 0).tolist())]) for row in u]
             out["random"] += [float(d_priv[i]) for i in rng.integers(0, cf.n, size=b)]
     return {k: float(np.mean(v)) for k, v in out.items()}

@@ -36,7 +36,7 @@ from audits.fidelity import tvds
 from audits.utility import evaluate
 from release.config import SelectionConfig
 from release.dp import enable as enable_opendp
-from release.dp.mechanisms import zcdp_budget
+from release.dp.zcdp import calibrate_zcdp_budget
 from release.selection import PoolSource, PrivateClasses, get, run_selection
 from selpe_audit.artifact.modes import mode_names
 from selpe_audit.demo.generator import generate_rows
@@ -166,7 +166,7 @@ def cost(kernel: Kernel, n: int, m: int, pe_rows: int, repeats: int,
     pools = {c: (cand, kernel.fit_scale(cand))}
     out: dict[str, Any] = {"private_rows": n, "candidates": m, "delta": DELTA,
                            "representatives_anchors": ANCHORS_AT_SCALE, "selpe_batches": 10}
-    rho = zcdp_budget(1.0, DELTA, [1.0])[0]
+    rho = calibrate_zcdp_budget(1.0, DELTA, [1.0])[0]
     for mode in MODES:
         rows = min(n, pe_rows) if mode == "pe-histogram" else n
         feats = _tile(base_p, rows)

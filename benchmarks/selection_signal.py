@@ -9,7 +9,7 @@ fields one-hot, numeric fields scaled: no embedder), per selection epsilon, T ro
 batches and utility mode ("raw" -g or per-batch "minmax", `release.selection.selpe`), the
 release's own code runs T rounds: `SelectionConfig` (K = 3, q = 1: round t draws K m_t
 candidates per class from the pool, as `PoolSource` does), the per-round epsilons of
-`accounting.round_budgets`, the noise scale of `noisy_max_scale` and the OpenDP chain
+`accounting.round_budgets`, the noise scale of `calibrate_noisy_max_scale` and the OpenDP chain
 `batch_votes`. Measured, per (class, round) then averaged: the mean kernel distance to the
 class's private rows of the batches' picks (each batch's noisy max), of the round's winners
 (the m_t most chosen, what the artifact releases) and of a random candidate (the round's
@@ -42,7 +42,7 @@ from benchmarks.adult import INF
 from benchmarks.report import SUMMARIES
 from release.config import UTILITIES, SelectionConfig
 from release.dp import enable as enable_opendp
-from release.dp.mechanisms import noisy_max_scale
+from release.dp.noisy_max import calibrate_noisy_max_scale
 from release.private_data import read_private_rows
 from release.selection import PrivateClasses, accounting
 from release.selection.selpe import batch_votes, most_chosen
@@ -149,7 +149,8 @@ def rounds(ds: Dataset, cfg: SelectionConfig, epsilon: float, seed: int) -> dict
         pools = {c: (ds.pool[c].take(i), ds.kernel.fit_scale(ds.pool[c].take(i)))
                  for c, i in idx.items()}
         votes = batch_votes(ds.priv, ds.kernel, pools, cfg.batches, eps_t,
-                            noisy_max_scale(n, eps_t), rng.bytes(32), cfg.settings.utility)
+                            calibrate_noisy_max_scale(n, eps_t), rng.bytes(32),
+                            cfg.settings.utility)
         for c, v in votes.items():
             d = ds.yard[c][idx[c]]
             out["picks"].append(float(d[v].mean()))

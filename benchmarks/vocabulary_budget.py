@@ -74,7 +74,7 @@ def _ceiling(name: str, schema_path: Path, members: list, test: list, person: bo
 
     from audits.text_quality import text_tstr
     from audits.utility import real_sample_like
-    from release.dp.mechanisms import PrivacyUnit
+    from release.dp.unit import PrivacyUnit
     from release.phrases import release_phrases, term_kind, terms
     from selpe_audit.schema import load_schema
 

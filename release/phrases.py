@@ -35,11 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import opendp.prelude as dp
 import polars as pl
 
-from release.dp.compat import polars_plan
-from release.dp.mechanisms import PrivacyUnit, spooled_context, unit_codes
+from release.dp.partition import (
+    TERM_COL,
+    UNIT_COL,
+    make_partition_counts,
+    release_partition_counts,
+)
+from release.dp.unit import PrivacyUnit, unit_codes
 from selpe_audit.artifact.model_block import (
     DP_VOCABULARY,
     PhraseCount,
@@ -55,8 +59,6 @@ CONSTRUCTOR = ("opendp.extras.polars: group_by(phrase).agg(dp.len()) with OpenDP
 #: what `normalise` does, in words (the artifact records it)
 NORMALISATION = ("Unicode NFKC, lower case, every run of whitespace one space, punctuation "
                  "at either end removed")
-PHRASE_COL = "__phrase"
-_UNIT_COL = "__unit"
 _SPACE = re.compile(r"\s+")
 _EDGE_PUNCTUATION = ".,;:!?\"'()[]{}-_/\\*#"
 _WORD = re.compile(r"[^\W\d_][^\W\d_'-]*[^\W\d_]")  # letters (inner ' and -), 2+ long
@@ -219,29 +221,27 @@ def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
     if kind not in TERM_KINDS:
         raise ValueError(f"kind must be one of {', '.join(TERM_KINDS)}")
     frame = term_frame(priv_texts, unit, unit_ids, kind, per_unit)
-    ctx, measurement = phrase_measurement(frame, epsilon, delta, per_unit)
-    released = (ctx(measurement).collect()  # then post-processing: the reviewer's denylist
-                .filter(~pl.col(PHRASE_COL).is_in(sorted(deny)))
-                .sort(["dp_count", PHRASE_COL], descending=[True, False]).head(max_phrases))
-    summary = dp.summarize_polars_measurement(measurement)
-    spent = [sum(loss) for loss in zip(*ctx.current_privacy_loss(), strict=True)]
-    if spent[0] > epsilon * (1 + 1e-9) or spent[1] > delta * (1 + 1e-9):
+    out = release_partition_counts(*make_partition_counts(frame, epsilon, delta, per_unit))
+    released = (out.table  # then post-processing: the reviewer's denylist
+                .filter(~pl.col(TERM_COL).is_in(sorted(deny)))
+                .sort(["dp_count", TERM_COL], descending=[True, False]).head(max_phrases))
+    if out.epsilon > epsilon * (1 + 1e-9) or out.delta > delta * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting of the phrases exceeds their budget")
     return PhraseVocabulary(
-        field=field, kind=kind, phrases=tuple(released[PHRASE_COL].to_list()),
+        field=field, kind=kind, phrases=tuple(released[TERM_COL].to_list()),
         dp_counts=tuple(int(c) for c in released["dp_count"].to_list()),
-        epsilon=float(spent[0]), delta=float(spent[1]),
-        scale=float(summary["scale"][0]), threshold=int(summary["threshold"][0]),
-        mechanism=str(summary["distribution"][0]), per_unit=per_unit, slots=slots)
+        epsilon=out.epsilon, delta=out.delta, scale=out.scale, threshold=out.threshold,
+        mechanism=out.mechanism, per_unit=per_unit, slots=slots)
 
 
 def term_frame(priv_texts: pl.Series, unit: PrivacyUnit, unit_ids: pl.Series | None,
                kind: str, per_unit: int | None = None) -> pl.LazyFrame:
     """One row per (unit, term) occurrence, rows in input order (private); each distinct
     text cut into terms once. With ``per_unit``, only the rows OpenDP's bounding keeps
-    (`phrase_measurement`: a unit's distinct terms, its first ``per_unit``), grouped by unit
-    (each unit's in input order) - a function of each unit's own rows, so the privacy map is
-    unchanged, and a million texts' ten million term rows never reach OpenDP.
+    (`release.dp.partition.make_partition_counts`: a unit's distinct terms, its first
+    ``per_unit``), grouped by unit (each unit's in input order) - a function of each unit's
+    own rows, so the privacy map is unchanged, and a million texts' ten million term rows
+    never reach OpenDP.
 
     A unit is a u32 code (`unit_codes`; a row alone: its index). The rows are bounded on
     integer codes of the terms, and only the kept rows get their term's text (views into
@@ -264,82 +264,20 @@ def term_frame(priv_texts: pl.Series, unit: PrivacyUnit, unit_ids: pl.Series | N
         term_ids += [vocabulary.setdefault(t, len(vocabulary)) for t in got]
     cut = pl.DataFrame({"__text": distinct.gather(owner),
                         "__term": pl.Series(term_ids, dtype=pl.UInt32)})
-    frame = (pl.DataFrame({_UNIT_COL: units, "__text": texts})  # the small side: the cut
+    frame = (pl.DataFrame({UNIT_COL: units, "__text": texts})  # the small side: the cut
              .join(cut, on="__text", how="inner", maintain_order="left_right")
-             .select(_UNIT_COL, "__term"))
+             .select(UNIT_COL, "__term"))
     if per_unit is not None:  # a unit's distinct terms in row order, its first per_unit:
         # sorted by unit (stably), a row's place in its unit is its index less the unit's
         # first index (polars' unique and over() cost 10x the memory and time at 10^6 rows)
-        pair = pl.col(_UNIT_COL).cast(pl.UInt64) * (1 << 32) + pl.col("__term")
+        pair = pl.col(UNIT_COL).cast(pl.UInt64) * (1 << 32) + pl.col("__term")
         place = (pl.int_range(pl.len(), dtype=pl.UInt32)
-                 - pl.col(_UNIT_COL).search_sorted(pl.col(_UNIT_COL), side="left")
+                 - pl.col(UNIT_COL).search_sorted(pl.col(UNIT_COL), side="left")
                  .cast(pl.UInt32))
-        frame = (frame.filter(pair.is_first_distinct()).sort(_UNIT_COL, maintain_order=True)
+        frame = (frame.filter(pair.is_first_distinct()).sort(UNIT_COL, maintain_order=True)
                  .filter(place < per_unit))
-    phrases = pl.Series(PHRASE_COL, list(vocabulary), dtype=pl.String)
-    return pl.DataFrame([frame[_UNIT_COL], phrases.gather(frame["__term"])]).lazy()
-
-
-def phrase_measurement(frame: pl.LazyFrame, epsilon: float, delta: float,
-                       per_unit: int) -> tuple[dp.Context, dp.Measurement]:
-    """The OpenDP Context over a `term_frame` and its measurement at (epsilon, delta): the
-    release runs it once through the Context; the mechanism audit invokes it many times."""
-    domain = dp.lazyframe_domain([dp.series_domain(_UNIT_COL, dp.atom_domain(T=dp.u32)),
-                                  dp.series_domain(PHRASE_COL, dp.atom_domain(T=dp.String))])
-    # a person (or a row) is one unit; its rows are bounded below, inside OpenDP
-    ctx = spooled_context(frame.collect(), domain=domain,
-                          privacy_unit=dp.unit_of(contributions=1, identifier=pl.col(_UNIT_COL)),
-                          privacy_loss=dp.loss_of(epsilon=epsilon, delta=delta),
-                          split_evenly_over=1)
-    # one row per (unit, term), then the unit's first per_unit rows - its texts in row order,
-    # each text's words before its word pairs: a text's leading words (its head: "fever",
-    # "cough") gather counts where a random choice spreads them (23 keywords released on
-    # 5,000 demo rows at epsilon 0.4, against 4 for a random 2) - (not truncate_num_groups:
-    # in OpenDP 0.16 its "first" keeps k - 1 groups, polars' rank starting at 1, and its
-    # "sample" fails to plan on a single text column)
-    # (the first step keeps any one of a unit's identical (unit, term) rows: "first" costs a
-    # fifth of "sample"'s shuffle per group in memory at 10^6 rows, for the same counts)
-    query = (ctx.query().truncate_per_group(1, by=[PHRASE_COL], keep="first")
-             .truncate_per_group(per_unit, keep="first")
-             .group_by(PHRASE_COL).agg(dp.len(signed=False).alias("dp_count")))
-    return ctx, _calibrated(ctx, query, epsilon, delta)
-
-
-def vocabulary_threshold(epsilon: float, delta: float, per_unit: int) -> int:
-    """OpenDP's release threshold of a vocabulary at (epsilon, delta) with ``per_unit``
-    terms per unit: public (it depends on neither the rows nor the texts), read off the
-    measurement built over one public dummy row."""
-    dummy = pl.DataFrame({_UNIT_COL: pl.Series([0], dtype=pl.UInt32),
-                          PHRASE_COL: ["-"]}).lazy()
-    _, measurement = phrase_measurement(dummy, epsilon, delta, per_unit)
-    return int(dp.summarize_polars_measurement(measurement)["threshold"][0])
-
-
-def _calibrated(ctx: dp.Context, query: Any, epsilon: float, delta: float) -> dp.Measurement:
-    """The query's measurement at (epsilon, delta) from OpenDP's own map, without its
-    generic binary search over the scale (~5 s): the Laplace count's epsilon is linear in
-    1/scale (one probe at scale 1 gives the scale), and delta falls as the threshold rises
-    (an integer bisection over cheap builds finds the smallest threshold that fits)."""
-    plan = polars_plan(query)  # the LazyFrame plan OpenDP checks
-    domain, metric = ctx.accountant.input_space
-    measure = ctx.accountant.output_measure
-
-    def make(scale: float, threshold: int) -> dp.Measurement:
-        return dp.m.make_private_lazyframe(domain, metric, measure, lazyframe=plan,
-                                           global_scale=scale, threshold=threshold)
-
-    scale = float(make(1.0, 1 << 30).map(ctx.d_in)[0]) / epsilon * (1 + 1e-12)
-    low, high = 1, 2  # OpenDP needs a threshold above 1
-    while make(scale, high).map(ctx.d_in)[1] > delta:  # doubling: an upper bound
-        low, high = high, high * 2
-    while high - low > 1:  # smallest threshold whose delta fits
-        mid = (low + high) // 2
-        low, high = (low, mid) if make(scale, mid).map(ctx.d_in)[1] <= delta else (mid, high)
-    measurement = make(scale, high)
-    eps_m, delta_m = measurement.map(ctx.d_in)
-    if eps_m > epsilon or delta_m > delta:
-        raise RuntimeError("OpenDP calibration of the phrases exceeded their budget")
-    return measurement
+    phrases = pl.Series(TERM_COL, list(vocabulary), dtype=pl.String)
+    return pl.DataFrame([frame[UNIT_COL], phrases.gather(frame["__term"])]).lazy()
 
 
 #: the artifact's ``counts.topics[field].source`` of a phrase vocabulary

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from release.config import ReleaseConfig
 from release.counts.workload import Workload, public_workload, size_workload
-from release.dp.mechanisms import NoisyCount, zcdp_budget
-from release.phrases import vocabulary_threshold
+from release.dp.counts import NoisyCount
+from release.dp.partition import partition_threshold
+from release.dp.zcdp import calibrate_zcdp_budget
 from selpe_audit.artifact.records import Plan, PlanChoice
 from selpe_audit.schema import Schema
 
@@ -64,7 +65,7 @@ def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> Releas
     for name in fields:
         eps, delta = vocabulary_budget(cfg, len(fields))
         _, per_unit, _ = cfg.counts.terms(schema.field(name))
-        threshold = vocabulary_threshold(eps, delta, per_unit)
+        threshold = partition_threshold(eps, delta, per_unit)
         reach = rows * TERM_SHARE
         if cfg.counts.phrases is True:
             vocab.append(name)
@@ -131,7 +132,7 @@ def _workload(cfg: ReleaseConfig, schema: Schema, rows: int, vocab: list[str],
         return public_workload(schema)
     spent = size_epsilon(cfg) + (len(vocab) * vocabulary_budget(cfg, phrase_fields)[0]
                                  if vocab else 0.0)
-    (rho,) = zcdp_budget(cfg.budget.counts_epsilon - spent, cfg.counts_delta, [1.0])
+    (rho,) = calibrate_zcdp_budget(cfg.budget.counts_epsilon - spent, cfg.counts_delta, [1.0])
     others = sum(c.table_shares(schema))
     topic_columns = sum(c.terms(schema.field(n))[2] for n in vocab)
     if cfg.topics:  # an embedding codebook: one topic column per free-text field

@@ -233,13 +233,14 @@ def test_selection_audit_runs_the_release_selpe_round_on_its_worst_case():
 
 
 def _halved_parallel_batches(parts, combine):
-    """`parallel_batches` with its privacy map halved (a planted 2x accounting error)."""
+    """`make_parallel_batches` with its privacy map halved (a planted 2x accounting error)."""
     import opendp.prelude as dp
 
-    from release.dp import mechanisms as opendp_mechanisms
+    from release.dp.noisy_max import make_parallel_batches
+    from release.dp.user import user_defined
 
-    real = opendp_mechanisms.parallel_batches(parts, combine)
-    with opendp_mechanisms._user_defined():
+    real = make_parallel_batches(parts, combine)
+    with user_defined():
         return dp.m.make_user_measurement(
             real.input_domain, real.input_metric, real.output_measure,
             function=lambda priv: real(priv), privacy_map=lambda d_in: real.map(d_in) / 2,
@@ -251,8 +252,8 @@ def test_selection_audit_of_the_release_round_flags_a_halved_parallel_batches_ma
         monkeypatch):
     """The release's selpe round at epsilon 2 (loss of the audited test 1.49; eps_LB ~1.3
     at 95 % and 1,500 runs, sd 0.06): correct, it passes at confidence 1 - 1e-4; with the
-    hand-written parallel_batches map planted at half (the release still runs: the map it
-    checks its round against says 1) it is flagged: a miss needs eps_LB 5 sd short. A
+    hand-written make_parallel_batches map planted at half (the release still runs: the map
+    it checks its round against says 1) it is flagged: a miss needs eps_LB 5 sd short. A
     halved noise scale is refused by the release itself (its round checks that map)."""
     from release.selection import selpe
 
@@ -261,14 +262,14 @@ def test_selection_audit_of_the_release_round_flags_a_halved_parallel_batches_ma
     assert good["passed"] and good["eps_lb"] < eps and good["claimed_epsilon"] == \
         pytest.approx(eps)
     with monkeypatch.context() as m:
-        m.setattr(selpe, "parallel_batches", _halved_parallel_batches)
+        m.setattr(selpe, "make_parallel_batches", _halved_parallel_batches)
         nb = mechanism.selection_neighbours(eps)
         assert nb.details["opendp_epsilon_of_round"] == pytest.approx(eps / 2)
         bad = mechanism.audit(nb, runs=1500)
     assert bad["claimed_epsilon"] == pytest.approx(eps / 2)
     assert not bad["passed"] and bad["eps_lb"] > eps / 2
-    real_scale = selpe.noisy_max_scale
-    monkeypatch.setattr(selpe, "noisy_max_scale", lambda n, e: real_scale(n, e) / 2)
+    real_scale = selpe.calibrate_noisy_max_scale
+    monkeypatch.setattr(selpe, "calibrate_noisy_max_scale", lambda n, e: real_scale(n, e) / 2)
     with pytest.raises(RuntimeError, match="exceeds its epsilon"):
         mechanism.selection_neighbours(eps)
 
@@ -280,9 +281,9 @@ def test_zcdp_conversion_matches_an_independent_closed_form():
     eps)) / (alpha - 1) (1 - 1/alpha)^alpha. At the release's epsilon the grid gives back
     delta (to 1e-5, the grid's resolution), 1 % less epsilon needs more delta (the release is
     not looser than the bound), and it is never looser than rho + 2 sqrt(rho ln(1/delta)).
-    The audits' own conversion (audits.stats) and the release's inverse (zcdp_budget) agree
-    with it to 1e-9."""
-    from release.dp.mechanisms import to_approx_dp_of_rho, zcdp_budget
+    The audits' own conversion (audits.stats) and the release's inverse
+    (calibrate_zcdp_budget) agree with it to 1e-9."""
+    from release.dp.zcdp import approx_dp_of_rho, calibrate_zcdp_budget
 
     t = np.logspace(-7, 7, 200_001)  # alpha - 1
     alpha = 1 + t
@@ -293,14 +294,14 @@ def test_zcdp_conversion_matches_an_independent_closed_form():
 
     for rho in (1e-4, 6.6e-3, 0.05, 0.5, 4.0):
         for delta in (1e-9, 1e-6, 1e-3):
-            eps, d = to_approx_dp_of_rho(rho, delta)
+            eps, d = approx_dp_of_rho(rho, delta)
             assert d == delta
             assert math.exp(log_delta(rho, eps)) == pytest.approx(delta, rel=1e-5)
             assert math.exp(log_delta(rho, 0.99 * eps)) > 1.01 * delta
             assert eps <= rho + 2 * math.sqrt(rho * math.log(1 / delta))  # Bun-Steinke
             assert stats.zcdp_epsilon(rho, delta) == pytest.approx(eps, rel=1e-9)
     for eps in (0.25, 1.0, 4.0):
-        (rho,) = zcdp_budget(eps, 1e-6, [1.0])
+        (rho,) = calibrate_zcdp_budget(eps, 1e-6, [1.0])
         assert rho == pytest.approx(stats.zcdp_rho(eps, 1e-6), rel=1e-9)
         assert rho <= stats.zcdp_rho(eps, 1e-6) * (1 + mechanism.CONVERSION_TOLERANCE)
 
@@ -308,13 +309,13 @@ def test_zcdp_conversion_matches_an_independent_closed_form():
 def test_gaussian_and_model_claims_flag_an_error_in_the_release_conversion(demo_schema,
                                                                            monkeypatch):
     """The Gaussian modes' and the model counts' claims come from the audits' own
-    conversion, not from the release's zcdp_budget: with the release's rho -> (epsilon,
-    delta) step planted at half the epsilon, its rho (and its noise) grows ~3x while the
+    conversion, not from the release's calibrate_zcdp_budget: with the release's rho ->
+    (epsilon, delta) step planted at half the epsilon, its rho (and its noise) grows ~3x while the
     claim stays, and the audits FAIL (the conversion check; here at a few runs only)."""
-    from release.dp import mechanisms as opendp_mechanisms
+    from release.dp import zcdp
 
-    real = opendp_mechanisms.approx_dp_of
-    monkeypatch.setattr(opendp_mechanisms, "approx_dp_of",
+    real = zcdp.approx_dp_of
+    monkeypatch.setattr(zcdp, "approx_dp_of",
                         lambda rhos, delta: (real(rhos, delta)[0] / 2, delta))
     for nb in (mechanism.gaussian_neighbours(demo_schema, "pe-histogram", 1.0),
                mechanism.model_neighbours(demo_schema, 1.0)):

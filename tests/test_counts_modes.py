@@ -12,7 +12,7 @@ import pytest
 from conftest import DEMO_SAMPLE, with_settings
 
 from release.config import load_config
-from release.dp.mechanisms import approx_dp_of
+from release.dp.zcdp import approx_dp_of
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair

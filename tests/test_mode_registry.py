@@ -16,7 +16,7 @@ import pytest
 
 from release import cli as release_cli
 from release.config import SelectionConfig, load_config
-from release.dp.mechanisms import NOISY_MAX_CONSTRUCTOR, selection_round
+from release.dp.noisy_max import NOISY_MAX_CONSTRUCTOR, make_selection_round
 from release.pipeline import run_release
 from release.selection import registry, selection_modes
 from release.selection.types import Pools, RoundOutput, SelectionRun
@@ -62,8 +62,8 @@ class ToyFirst:
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,
               budget: float) -> tuple[Any, RoundOutput]:
         ranks = {c: list(range(f.n)) for c, (f, _) in pools.items()}
-        return selection_round(budget, lambda _priv: ranks), RoundOutput(t, budget, 0.0,
-                                                                          cfg.quota(t))
+        return make_selection_round(budget, lambda _priv: ranks), RoundOutput(
+            t, budget, 0.0, cfg.quota(t))
 
     def ledger_entries(self, cfg: SelectionConfig, run: SelectionRun) -> list[LedgerEntry]:
         return [LedgerEntry(f"selection/round/{r.round}", TOY.mechanism, self.constructor,

@@ -34,7 +34,7 @@ def test_mbi_private_helpers_are_where_the_release_calls_them():
 
 
 def test_a_query_exposes_its_lazyframe_plan():
-    import release.dp.mechanisms  # noqa: F401  (enables OpenDP's contrib features)
+    import release.dp.counts  # noqa: F401  (enables OpenDP's contrib features)
 
     frame = pl.LazyFrame({"x": ["a", "b"]})
     ctx = dp.Context.compositor(data=frame, privacy_unit=dp.unit_of(contributions=1),

@@ -348,7 +348,7 @@ def test_a_ledger_named_by_the_installation_cannot_be_escaped(tmp_path, monkeypa
 def test_a_killed_release_leaves_no_spool_and_a_later_one_sweeps(tmp_path, keys, monkeypatch):
     """A spool folder of a process that is gone is deleted when the next release starts; a
     release stopped with SIGTERM deletes its own on the way out."""
-    from release.dp.mechanisms import SPOOL_ENV, SPOOL_PREFIX, sweep_spools
+    from release.dp.spools import SPOOL_ENV, SPOOL_PREFIX, sweep_spools
 
     spools = tmp_path / "spool"
     spools.mkdir()

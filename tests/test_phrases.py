@@ -14,7 +14,7 @@ from decode.decoders.model import ModelDecoder
 from decode.pipeline import DecodeSettings, run_decode
 from decode.released import released_view
 from release.config import load_config
-from release.dp.mechanisms import PrivacyUnit
+from release.dp.unit import PrivacyUnit
 from release.phrases import PhraseVocabulary, normalise, release_phrases
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
@@ -340,7 +340,8 @@ def test_the_term_frame_bounded_before_opendp_keeps_what_its_truncation_keeps(ki
     """Bounding the term frame per unit before OpenDP (each text's first per_unit distinct
     terms, then each unit's first per_unit distinct ones) keeps exactly the (unit, term)
     rows OpenDP's two truncate_per_group steps keep from the unbounded frame."""
-    from release.phrases import _UNIT_COL, PHRASE_COL, term_frame
+    from release.dp.partition import TERM_COL, UNIT_COL
+    from release.phrases import term_frame
 
     rows = generate_rows(600, seed=5)
     texts = pl.Series([r["chief_complaint"] for r in rows])
@@ -354,6 +355,6 @@ def test_the_term_frame_bounded_before_opendp_keeps_what_its_truncation_keeps(ki
             kept.append(t)
     bounded = term_frame(texts, unit, ids, kind, per_unit).collect()
     got: dict[str, list[str]] = {}
-    for u, t in bounded.select(_UNIT_COL, PHRASE_COL).iter_rows():
+    for u, t in bounded.select(UNIT_COL, TERM_COL).iter_rows():
         got.setdefault(u, []).append(t)
     assert got == expected and bounded.height < full.height

@@ -12,7 +12,7 @@ from conftest import DEMO_SAMPLE
 
 from release.config import load_config
 from release.counts.workload import size_workload
-from release.dp.mechanisms import NoisyCount
+from release.dp.counts import NoisyCount
 from release.pipeline import run_release
 from release.plan import SIZE_SHARE, plan_release
 from selpe_audit.artifact.document import read_release

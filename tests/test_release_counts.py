@@ -25,7 +25,8 @@ from release.config import (
 )
 from release.counts.keys import derive_frame
 from release.counts.marginals import plan_queries
-from release.dp.mechanisms import PrivacyUnit, count_measurement, new_context
+from release.dp.counts import make_context, make_count
+from release.dp.unit import PrivacyUnit
 from release.ledger import LifetimeLedger
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
@@ -131,8 +132,8 @@ def test_noisy_counts_unbiased_with_ledger_variance(demo_schema):
     exact = frame.group_by(list(query.by)).len().collect()
     truth = {tuple(r[:-1]): r[-1] for r in exact.iter_rows()}
     eps = 0.5
-    ctx = new_context(frame, PrivacyUnit(), [eps])
-    m = count_measurement(ctx, PrivacyUnit(), replace(query, epsilon=eps))
+    ctx = make_context(frame, PrivacyUnit(), [eps])
+    m = make_count(ctx, PrivacyUnit(), replace(query, epsilon=eps))
     assert math.isclose(m.map(1), eps, rel_tol=1e-9)
     errors = []
     for _ in range(60):
@@ -339,20 +340,20 @@ def test_the_default_unit_is_the_person_when_the_schema_names_one(tmp_path, keys
 @pytest.mark.parametrize("mode", ["marginals", "fixed"])
 def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
         tmp_path, keys, monkeypatch, mode):
-    """The counts' Contexts scan a temporary file (`spooled_context`): it lies in a folder
-    only this user can open while the counts run, and nothing is left afterwards, also
-    when the release fails after the counts."""
+    """The counts' Contexts scan a temporary file (`make_spooled_context`): it lies in a
+    folder only this user can open while the counts run, and nothing is left afterwards,
+    also when the release fails after the counts."""
     import gc
     import stat
 
-    import release.dp.mechanisms as om
+    import release.dp.spools as om
     import release.pipeline as pipeline
 
     spool_root = tmp_path / "tmp"
     spool_root.mkdir()
     monkeypatch.setenv("SELPE_AUDIT_SPOOL", str(spool_root))
     seen: list[tuple[Path, int, int]] = []
-    made = om.spooled_context
+    made = om.make_spooled_context
 
     def watched(priv_data, **compositor):
         ctx = made(priv_data, **compositor)
@@ -361,7 +362,7 @@ def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
                      pl.read_ipc(folder / "rows.arrow").height))
         return ctx
 
-    monkeypatch.setattr(om, "spooled_context", watched)
+    monkeypatch.setattr(om, "make_spooled_context", watched)
     monkeypatch.setattr(pipeline, "write_release", _boom)
     priv, _, _ = keys
     cfg = demo_config(tmp_path, priv, counts_mode=mode)

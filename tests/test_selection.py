@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from release.config import SelectionConfig, load_config
-from release.dp.mechanisms import batch_noisy_max, noisy_max_scale
+from release.dp.noisy_max import calibrate_noisy_max_scale, make_calibrated_noisy_max
 from release.ledger import LifetimeLedger
 from release.pipeline import run_release
 from release.selection import PoolSource, PrivateClasses, run_selection
@@ -44,17 +44,17 @@ def permute_and_flip_probs(u: np.ndarray, scale: float) -> np.ndarray:
 
 def test_noisy_max_scale_is_two_over_epsilon():
     for eps in (0.1, 0.5, 2.0):
-        assert math.isclose(noisy_max_scale(7, eps), 2 / eps, rel_tol=1e-6)
-        assert batch_noisy_max(7, eps).map(1.0) <= eps + 1e-12
+        assert math.isclose(calibrate_noisy_max_scale(7, eps), 2 / eps, rel_tol=1e-6)
+        assert make_calibrated_noisy_max(7, eps).map(1.0) <= eps + 1e-12
 
 
 def test_noisy_max_frequencies_match_the_mechanism():
     u = np.array([-0.1, -0.4, -0.45, -0.9])
     eps = 2.0
-    m = batch_noisy_max(len(u), eps)
+    m = make_calibrated_noisy_max(len(u), eps)
     n = 4000
     counts = np.bincount([m(u.tolist()) for _ in range(n)], minlength=len(u))
-    expected = permute_and_flip_probs(u, noisy_max_scale(len(u), eps)) * n
+    expected = permute_and_flip_probs(u, calibrate_noisy_max_scale(len(u), eps)) * n
     assert stats.chisquare(counts, expected).pvalue > 1e-3
 
 
@@ -164,13 +164,14 @@ def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd, m
 def _check_gaussian_ledger(doc, rounds, cfg):
     """Round entries state rho (OpenDP's Gaussian map at the stated sensitivity); the
     conversion entry is OpenDP's zCDP -> (epsilon, delta) of the composed rounds."""
-    from release.dp.mechanisms import approx_dp_of, gaussian_with_scale
+    from release.dp.gaussian import make_gaussian
+    from release.dp.zcdp import approx_dp_of
     from selpe_audit.artifact.guarantees import gdp_reconstruction_bound
 
     sel = doc["selection"]
     for e, r in zip(rounds, sel["rounds"], strict=True):
         assert e["accounting"] == "rho-zCDP" and e["epsilon"] == 0.0
-        opendp_rho = gaussian_with_scale(e["scale"]).map(r["sensitivity"])
+        opendp_rho = make_gaussian(e["scale"]).map(r["sensitivity"])
         assert opendp_rho <= e["rho"] and math.isclose(opendp_rho, e["rho"], rel_tol=1e-6)
         assert math.isclose(e["mu"], r["sensitivity"] / e["scale"], rel_tol=1e-6)
     conv = next(e for e in doc["ledger"]["entries"] if e["id"] == "selection/zcdp-to-approx-dp")

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from release.config import SelectionConfig
-from release.dp.mechanisms import noisy_max_scale
+from release.dp.noisy_max import calibrate_noisy_max_scale
 from release.selection import PoolSource, PrivateClasses, run_selection
 from release.selection.selpe import batch_votes, one_class_per_unit
 from selpe_audit.demo.generator import generate_rows
@@ -61,7 +61,7 @@ def test_empty_class_selects_uniformly(demo_schema, kernel):
     pools = {3: (feats, kernel.fit_scale(feats))}
     b = 2000
     chosen = batch_votes(PrivateClasses({}, {}), kernel, pools, b, 1.0,
-                           noisy_max_scale(4, 1.0), b"k" * 32)[3]
+                           calibrate_noisy_max_scale(4, 1.0), b"k" * 32)[3]
     counts = np.bincount(chosen, minlength=4)
     assert stats.chisquare(counts, [b / 4] * 4).pvalue > 1e-3
 
@@ -94,7 +94,7 @@ def _numeric_private(demo_schema, rows):
 def test_selpe_input_keeps_one_class_per_unit_and_the_round_map_is_opendps(demo_schema):
     from opendp.mod import GLOBAL_FEATURES
 
-    from release.dp.mechanisms import HONEST_BUT_CURIOUS
+    from release.dp.user import HONEST_BUT_CURIOUS
     from release.selection import OneClassPerUnit
     from release.selection.selpe import batch_utilities, round_measurement
 
@@ -125,7 +125,7 @@ def test_selpe_input_keeps_one_class_per_unit_and_the_round_map_is_opendps(demo_
             batch_utilities(OneClassPerUnit(without), kernel, pools, 2, i, b, key))
 
     eps = 0.7
-    m = round_measurement(kernel, pools, b, noisy_max_scale(feats.n, eps), key)
+    m = round_measurement(kernel, pools, b, calibrate_noisy_max_scale(feats.n, eps), key)
     assert HONEST_BUT_CURIOUS not in GLOBAL_FEATURES  # on only inside user constructors
     assert m.map(1) == pytest.approx(eps, rel=1e-12) and m.map(1) <= eps
     assert m.map(2) == pytest.approx(2 * eps, rel=1e-12)  # two units: two batches at most

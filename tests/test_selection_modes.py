@@ -19,12 +19,8 @@ import pytest
 
 from audits import mechanism
 from release.config import DEFAULT_DELTA, SelectionConfig, load_config
-from release.dp.mechanisms import (
-    approx_dp_of,
-    gaussian_scale,
-    gaussian_with_scale,
-    zcdp_budget,
-)
+from release.dp.gaussian import calibrate_gaussian_scale, make_gaussian
+from release.dp.zcdp import approx_dp_of, calibrate_zcdp_budget
 from release.selection import PoolSource, PrivateClasses, get, run_selection
 from selpe_audit.artifact.guarantees import gdp_interpretation, gdp_reconstruction_bound
 from selpe_audit.demo.generator import generate_rows
@@ -47,12 +43,12 @@ def _record(r: dict) -> dict:
 
 def test_zcdp_budget_is_opendp_conversion():
     shares = [0.1, 0.2, 0.3, 0.4]
-    rhos = zcdp_budget(1.0, 1e-6, shares)
+    rhos = calibrate_zcdp_budget(1.0, 1e-6, shares)
     eps, delta = approx_dp_of(rhos, 1e-6)
     assert eps <= 1.0 and eps > 1.0 - 1e-6 and delta == 1e-6
     assert all(math.isclose(r / sum(rhos), s) for r, s in zip(rhos, shares, strict=True))
-    scale = gaussian_scale(math.sqrt(1.25), rhos[0])
-    assert gaussian_with_scale(scale).map(math.sqrt(1.25)) <= rhos[0]
+    scale = calibrate_gaussian_scale(math.sqrt(1.25), rhos[0])
+    assert make_gaussian(scale).map(math.sqrt(1.25)) <= rhos[0]
 
 
 def test_gdp_pr_interpretation():

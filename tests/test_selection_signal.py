@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from release.config import SelectionConfig, load_config
-from release.dp.mechanisms import noisy_max_scale
+from release.dp.noisy_max import calibrate_noisy_max_scale
 from release.selection import OneClassPerUnit, PrivateClasses, RoundOutput, SelectionRun
 from release.selection.selpe import MODE, batch_utilities, minmax, round_measurement
 from selpe_audit.demo.generator import generate_rows
@@ -62,7 +62,7 @@ def test_batch_utilities_minmax_vs_raw(demo_schema):
 def test_the_rounds_opendp_map_is_the_same_for_raw_and_minmax(demo_schema):
     kernel, kept, pools = _round_inputs(demo_schema, generate_rows(9, seed=44))
     eps = 0.2  # selection 1 over T = 5 rounds (the earlier defaults)
-    scale = noisy_max_scale(9, eps)
+    scale = calibrate_noisy_max_scale(9, eps)
     maps = {u: [round_measurement(kernel, pools, 5, scale, b"k" * 32, utility=u).map(d)
                 for d in (1, 2)] for u in ("raw", "minmax")}
     assert maps["raw"] == maps["minmax"]

@@ -15,7 +15,8 @@ from typing import Any
 import polars as pl
 
 from release.config import Cohort, CountsConfig, RateSpec
-from release.dp.mechanisms import COUNT_COLUMN, CountQuery, NoisyCounts, unit_codes
+from release.dp.counts import COUNT_COLUMN, CountQuery, NoisyCounts
+from release.dp.unit import unit_codes
 from release.private_data import polars_dtypes
 from selpe_audit.artifact import records
 from selpe_audit.bins import bin_expr

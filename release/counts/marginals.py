@@ -24,7 +24,7 @@ from release.counts.keys import (
     rate_queries,
 )
 from release.counts.registry import CountsBudget, CountsRows, MeasuredCounts, register
-from release.dp.mechanisms import CountQuery, CountsRelease, release_counts
+from release.dp.counts import CountQuery, CountsRelease, release_counts
 from selpe_audit.artifact.counts_modes import MARGINALS
 from selpe_audit.artifact.records import ClassBalance, Histogram, LedgerEntry, json_form
 from selpe_audit.schema import Schema

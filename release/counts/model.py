@@ -42,16 +42,10 @@ from release.counts.registry import CountsBudget, CountsRows, MeasuredCounts, re
 from release.counts.workload import Workload, public_workload
 from release.dp.calibration import calibrate
 from release.dp.compat import mbi_helpers
-from release.dp.mechanisms import (
-    CONVERSION_CONSTRUCTOR,
-    NoisyCounts,
-    PrivacyUnit,
-    measure_count,
-    new_context,
-    post_processing,
-    to_approx_dp_of_rho,
-    zcdp_budget,
-)
+from release.dp.counts import NoisyCounts, make_context, measure_count
+from release.dp.unit import PrivacyUnit
+from release.dp.user import make_post_processing
+from release.dp.zcdp import CONVERSION_CONSTRUCTOR, approx_dp_of_rho, calibrate_zcdp_budget
 from selpe_audit.artifact import model_block as artifact_model
 from selpe_audit.artifact.counts_modes import AIM, FIXED, MST, CountsModeDescriptor
 from selpe_audit.artifact.model_block import TOPIC_PREFIX, Topics, topic_column
@@ -192,7 +186,7 @@ class CalibratedFixed(dp.mbi.Fixed):
             return all_marginals, self.estimator(domain, all_marginals.flatten(),
                                                  potentials=None)
 
-        return measured >> post_processing(fit)
+        return measured >> make_post_processing(fit)
 
 
 @dataclass(frozen=True)
@@ -211,7 +205,7 @@ def release_model(mode: ModelMode, rows: CountsRows, schema: Schema, counts: Cou
                   cols: list[ModelColumn], budget: CountsBudget) -> ModelRelease:
     """Every count of the release through one OpenDP Context in rho-zCDP, at ``budget``."""
     gamma, alpha = counts.table_shares(schema)
-    (rho,) = zcdp_budget(budget.epsilon, budget.delta, [1.0])
+    (rho,) = calibrate_zcdp_budget(budget.epsilon, budget.delta, [1.0])
     others = ([cohort_query(schema, counts, rho * gamma)] if counts.cohorts else []) + \
         rate_queries(schema, counts, rho * alpha)
     frame, unit = rows.frame.lazy().with_columns(merged_codes(schema, cols)), rows.unit
@@ -222,7 +216,7 @@ def release_model(mode: ModelMode, rows: CountsRows, schema: Schema, counts: Cou
     slots = [table_slot, *(q.epsilon for q in others)]
     if table_slot < rho * (1 - gamma - alpha):  # the unspent hair: never queried
         slots.append(rho * (1 - gamma - alpha) - table_slot)
-    ctx = new_context(frame, unit, slots, measure="rho")
+    ctx = make_context(frame, unit, slots, measure="rho")
     measurement = table_query(ctx, unit, cols, algo)
     table_rho = float(measurement.map(ctx.d_in))  # OpenDP's map (the Context checks it too)
     try:
@@ -238,7 +232,7 @@ def release_model(mode: ModelMode, rows: CountsRows, schema: Schema, counts: Cou
     spent = table_rho + sum(r.epsilon for r in results)  # NoisyCounts.epsilon holds rho here
     if spent > rho * (1 + 1e-9):
         raise RuntimeError("OpenDP accounting of the counts exceeds their rho")
-    eps, delta = to_approx_dp_of_rho(rho, budget.delta)
+    eps, delta = approx_dp_of_rho(rho, budget.delta)
     return ModelRelease(table, table_rho, results, rho, eps, delta)
 
 
@@ -265,7 +259,7 @@ def working_slot(priv_frame: pl.LazyFrame, unit: PrivacyUnit, cols: list[ModelCo
                           for name, dtype in priv_frame.collect_schema().items()}).lazy()
     for k in range(12):
         trial = slot * (1 - UPSTREAM_SLACK * (2 ** k - 1))
-        ctx = new_context(dummy, unit, [trial], measure="rho")
+        ctx = make_context(dummy, unit, [trial], measure="rho")
         try:
             ctx(table_query(ctx, unit, cols, algo))
             return trial

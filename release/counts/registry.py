@@ -19,7 +19,7 @@ import polars as pl
 
 from release.config import CountsConfig
 from release.counts.workload import Workload
-from release.dp.mechanisms import PrivacyUnit
+from release.dp.unit import PrivacyUnit
 from selpe_audit.artifact.counts_modes import (
     CountsModeDescriptor,
     counts_modes,

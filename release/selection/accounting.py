@@ -12,19 +12,19 @@ import math
 from typing import TYPE_CHECKING
 
 from release.config import SelectionConfig
-from release.dp.mechanisms import (
+from release.dp.noisy_max import make_pure_compositor
+from release.dp.zcdp import (
     CONVERSION_CONSTRUCTOR,
     approx_dp_of,
-    gaussian_compositor,
-    selection_compositor,
-    zcdp_budget,
+    calibrate_zcdp_budget,
+    make_zcdp_compositor,
 )
 from release.selection.types import RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor
 from selpe_audit.artifact.records import LedgerEntry, SelectionAccounting
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
-    import opendp.prelude as dp
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp
+    from release.dp import Measurement
 
 PURE_MEASURE = "pure epsilon-DP (max divergence)"
 ZCDP_MEASURE = "rho-zCDP (Gaussian, mu-GDP), converted to (epsilon, delta)"
@@ -37,15 +37,15 @@ def round_budgets(d: ModeDescriptor, cfg: SelectionConfig, epsilon: float,
         return cfg.round_epsilons(epsilon)
     if not 0 < delta < 1:
         raise ValueError(f"selection mode {d.name} needs 0 < delta < 1")
-    return zcdp_budget(epsilon, delta, cfg.shares())
+    return calibrate_zcdp_budget(epsilon, delta, cfg.shares())
 
 
-def compositor(d: ModeDescriptor, budgets: list[float]) -> dp.Measurement:
+def compositor(d: ModeDescriptor, budgets: list[float]) -> Measurement:
     """OpenDP's adaptive compositor over the rounds: later candidates see earlier winners."""
-    return gaussian_compositor(budgets) if d.needs_delta else selection_compositor(budgets)
+    return make_zcdp_compositor(budgets) if d.needs_delta else make_pure_compositor(budgets)
 
 
-def total(d: ModeDescriptor, constructor: str, composed: dp.Measurement,
+def total(d: ModeDescriptor, constructor: str, composed: Measurement,
           budgets: list[float], rounds: list[RoundOutput], delta: float) -> SelectionAccounting:
     """The selection's total from OpenDP's maps."""
     if not d.needs_delta:

@@ -24,15 +24,15 @@ import numpy as np
 import polars as pl
 
 from release.config import SelectionConfig
-from release.dp.mechanisms import GAUSSIAN_CONSTRUCTOR, gaussian_round, gaussian_scale
+from release.dp.gaussian import GAUSSIAN_CONSTRUCTOR, calibrate_gaussian_scale, make_gaussian_round
 from release.selection.types import Pools, PrivateClasses, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor
 from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
-    import opendp.prelude as dp
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp
+    from release.dp import Measurement
 
 
 def row_weights(priv: PrivateClasses) -> dict[Any, np.ndarray]:
@@ -85,11 +85,11 @@ class GaussianVotesMode:
         return priv_rows  # a person's rows are weighted, not cut
 
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,
-              budget: float) -> tuple[dp.Measurement, RoundOutput]:
+              budget: float) -> tuple[Measurement, RoundOutput]:
         g = self.statistics(cfg, kernel, pools, t)
-        scale = gaussian_scale(g.sensitivity, budget)
-        measurement = gaussian_round(g.sensitivity, scale, g.vectorize,
-                                     lambda noisy: g.rank(noisy, scale))
+        scale = calibrate_gaussian_scale(g.sensitivity, budget)
+        measurement = make_gaussian_round(g.sensitivity, scale, g.vectorize,
+                                          lambda noisy: g.rank(noisy, scale))
         if measurement.map(1) > budget:  # OpenDP's map, not ours, decides
             raise RuntimeError("the Gaussian round exceeds its rho")
         # rho: the round's slot in the compositor (what it is charged); mu: the Gaussian's own

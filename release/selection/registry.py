@@ -25,8 +25,8 @@ from selpe_audit.schema import Schema
 #: `register` when imported (``[project.entry-points."selpe_audit.selection_modes"]``).
 PLUGIN_GROUP = "selpe_audit.selection_modes"
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
-    import opendp.prelude as dp
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp
+    from release.dp import Measurement
 
 
 class SelectionMode(Protocol):
@@ -43,7 +43,7 @@ class SelectionMode(Protocol):
         ...
 
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,
-              budget: float) -> tuple[dp.Measurement, RoundOutput]:
+              budget: float) -> tuple[Measurement, RoundOutput]:
         """Round t's OpenDP measurement on `PrivateClasses` (output: per class, candidate
         indices best first) and its accounting; ``budget`` is epsilon_t (pure) or rho_t
         (zCDP), the round's slot in the compositor."""

@@ -23,7 +23,7 @@ The round enforces its own sensitivity: as an OpenDP chain it first applies the
 one-class-per-unit rule (a stable transformation into `OneClassPerUnit`, the only input
 the batch utilities accept), then per (class, batch) a stable transformation to the
 batch's utilities and OpenDP's ``then_noisy_max``, composed in parallel
-(`release.dp.mechanisms.parallel_batches`). Its epsilon is OpenDP's map of the chain.
+(`release.dp.noisy_max.make_parallel_batches`). Its epsilon is OpenDP's map of the chain.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ import numpy as np
 import polars as pl
 
 from release.config import UTILITIES, SelectionConfig
-from release.dp.mechanisms import (
+from release.dp.noisy_max import (
     NOISY_MAX_CONSTRUCTOR,
-    batch_selector,
-    noisy_max_scale,
-    one_class_per_unit_map,
-    parallel_batches,
+    calibrate_noisy_max_scale,
+    make_batch_selector,
+    make_one_class_per_unit,
+    make_parallel_batches,
 )
 from release.selection.registry import register
 from release.selection.types import (
@@ -59,8 +59,8 @@ from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
 
-if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp.mechanisms
-    import opendp.prelude as dp
+if TYPE_CHECKING:  # a type only: OpenDP is called from release.dp
+    from release.dp import Measurement
 
 #: How the ledger's scope line names each utility mode (a reviewer reads it there).
 UTILITY_SCOPE = {"minmax": "min-max rescaled per batch to [-1, 0]",
@@ -102,14 +102,14 @@ def batch_utilities(priv: OneClassPerUnit, kernel: Kernel, pools: Pools, c: Any,
 
 def round_measurement(kernel: Kernel, pools: Pools, b: int, noise_scale: float, key: bytes,
                       combine: Callable[[dict[Any, list[int]]], Any] | None = None,
-                      utility: str = "minmax") -> dp.Measurement:
+                      utility: str = "minmax") -> Measurement:
     """The round as an OpenDP chain on the private input: the one-class-per-unit rule, then
     per (class, batch) its utilities (``utility``: see `batch_utilities`) >> OpenDP's noisy
     max, in parallel. Output: per class, each batch's winning index (``combine``
     post-processes it inside the measurement)."""
     if utility not in UTILITIES:
         raise ValueError(f"unknown selpe utility {utility!r}")
-    parts = {(c, i): batch_selector(
+    parts = {(c, i): make_batch_selector(
         lambda p, c=c, i=i: batch_utilities(p, kernel, pools, c, i, b, key, utility),
         cand_features.n, noise_scale)
         for c, (cand_features, _) in pools.items() for i in range(b)}
@@ -118,7 +118,7 @@ def round_measurement(kernel: Kernel, pools: Pools, b: int, noise_scale: float, 
         votes = {c: [int(out[(c, i)]) for i in range(b)] for c in pools}
         return combine(votes) if combine is not None else votes
 
-    return one_class_per_unit_map(OneClassPerUnit) >> parallel_batches(parts, per_class)
+    return make_one_class_per_unit(OneClassPerUnit) >> make_parallel_batches(parts, per_class)
 
 
 def batch_votes(priv: PrivateClasses | OneClassPerUnit, kernel: Kernel, pools: Pools, b: int,
@@ -171,10 +171,11 @@ class SelpeMode:
         return one_class_per_unit(priv_rows, schema, person_field)
 
     def round(self, cfg: SelectionConfig, kernel: Kernel, pools: Pools, t: int,
-              budget: float) -> tuple[dp.Measurement, RoundOutput]:
+              budget: float) -> tuple[Measurement, RoundOutput]:
         m_t = cfg.quota(t)
         key = secrets.token_bytes(32)  # fresh batches every round
-        scale = noisy_max_scale(cfg.k * m_t, budget)  # OpenDP's calibration, once per round
+        # OpenDP's calibration, once per round
+        scale = calibrate_noisy_max_scale(cfg.k * m_t, budget)
         measurement = round_measurement(
             kernel, pools, cfg.batches, scale, key,
             lambda votes: {c: most_chosen(v) for c, v in votes.items()}, cfg.settings.utility)
