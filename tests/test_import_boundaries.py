@@ -66,3 +66,15 @@ def test_an_import_cycle_in_audits_is_caught(tmp_path):
     assert result.returncode != 0
     assert "no import cycles inside decode, audits or benchmarks" in " ".join(
         result.stdout.split())
+
+
+def test_opendp_imported_outside_its_adapter_is_caught(tmp_path):
+    """OpenDP is reached through release.dp only (issue 61): a selection module that imports
+    it directly, even for a type, breaks the contract (planted in a copy of the tree)."""
+    root = _copy_tree(tmp_path)
+    (root / "release" / "selection" / "sneaky.py").write_text(
+        "import opendp.prelude as dp  # noqa\n")
+    result = _lint(root)
+    assert result.returncode != 0
+    assert "OpenDP only behind its one adapter" in result.stdout
+    assert "release.selection.sneaky -> opendp" in result.stdout
