@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import opendp.prelude as dp
 
-#: OpenDP's types, for annotations outside this package
+#: OpenDP's measurement type, for annotations outside this package
 Measurement = dp.Measurement
-Context = dp.Context
 #: what OpenDP raises (a refused budget, a failed plan)
 OpenDPException = dp.OpenDPException
 
