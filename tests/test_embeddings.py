@@ -157,7 +157,7 @@ def test_weights_hash_of_several_files_is_a_sha256sum_listing(tmp_path):
 def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_schema, embedder):
     """Item 1 of issue 18: private features are per row (one text at a time, their own
     cache) and candidates never share a batch or a cache with a private text."""
-    from release.pipeline import _private_classes
+    from release.stages.selection import private_classes
     from selpe_audit.demo.generator import generate_rows
     from selpe_audit.kernel.distance import Kernel, KernelConfig
 
@@ -173,7 +173,7 @@ def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_sche
         embedder.private_view().clear_cache()
         kernel = Kernel(demo_schema, embedder, KernelConfig())
         early = kernel.featurize(cands[:4])  # the public cache is warm before private rows
-        priv = _private_classes(pl.DataFrame(rows), demo_schema, kernel, "patient_id")
+        priv = private_classes(pl.DataFrame(rows), demo_schema, kernel, "patient_id")
         late = kernel.featurize(cands)
         assert kernel.embedder.cache_size == len(  # the public cache: candidate texts only
             {t for r in cands for t in _texts(demo_schema, kernel, r)})

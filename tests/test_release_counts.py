@@ -311,20 +311,21 @@ def test_the_default_unit_is_the_person_when_the_schema_names_one(tmp_path, keys
     """No unit in the TOML or on the command line: the schema's x-id makes it the person (a
     row unit would protect a person with m rows only at m times epsilon); "row" stays a
     choice, and a schema without x-id keeps the row."""
-    from release.pipeline import _person_field, privacy_unit_block
+    from release.document import privacy_unit_block
+    from release.stages.prepare import person_field
 
     base = {"data": DEMO_SAMPLE, "schema": demo_schema_path(), "release_key": keys[0],
             "out": tmp_path / "out", "lifetime_ledger": tmp_path / "ledger",
             "counts_mode": "marginals", "counts_share": 1.0, "selection_share": 0.0}
     cfg = load_config(None, base).check(demo_schema)
     assert cfg.privacy_unit.resolved(demo_schema).unit == "person"
-    assert _person_field(cfg, demo_schema) == "patient_id"
+    assert person_field(cfg, demo_schema) == "patient_id"
     block = privacy_unit_block(cfg, demo_schema, False)
     assert block["unit"] == "person" and block["id_field"] == "patient_id"
     assert block["max_contributions"] == 1
     row = load_config(None, {**base, "unit": "row"}).check(demo_schema)
     assert privacy_unit_block(row, demo_schema, False)["unit"] == "row"
-    assert _person_field(row, demo_schema) is None
+    assert person_field(row, demo_schema) is None
     plain = _no_id_schema(demo_schema)
     assert privacy_unit_block(cfg, plain, False)["unit"] == "row"
     named = load_config(None, {**base, "id_field": "patient_id", "max_contributions": 2})
@@ -347,7 +348,7 @@ def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
     import stat
 
     import release.dp.spools as om
-    import release.pipeline as pipeline
+    import release.stages.sign as sign
 
     spool_root = tmp_path / "tmp"
     spool_root.mkdir()
@@ -363,7 +364,7 @@ def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
         return ctx
 
     monkeypatch.setattr(om, "make_spooled_context", watched)
-    monkeypatch.setattr(pipeline, "write_release", _boom)
+    monkeypatch.setattr(sign, "write_release", _boom)
     priv, _, _ = keys
     cfg = demo_config(tmp_path, priv, counts_mode=mode)
     with pytest.raises(RuntimeError, match="boom"):

@@ -63,7 +63,7 @@ def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, 
     """The signed scope sentence once called every counts mode pure epsilon-DP; the model
     modes are rho-zCDP, converted to (epsilon, delta)."""
     from release.counts import model as counts_model
-    from release.pipeline import build_document
+    from release.document import build_document
     from selpe_audit.artifact.records import LedgerEntry
 
     cfg = _cfg(tmp_path, counts_share=0.5, selection_share=0.5, counts_mode=counts_mode,

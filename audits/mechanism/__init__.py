@@ -16,7 +16,7 @@ about 1 % of audits: a marginal FAIL calls for a rerun with more runs.
   with the registry's `SelpeMode.round` (the one-class-per-person rule, b = 2 batches by a
   keyed hash of the person id with a fresh key, minmax utilities, OpenDP's noisy max per
   batch, composed by the hand-written `make_parallel_batches`), on the release's own private
-  input (`SelpeMode.private_rows`, then `release.pipeline._private_classes`), person unit,
+  input (`SelpeMode.private_rows`, then `release.stages.selection.private_classes`), person unit,
   numeric kernel channel, on a small public schema (`selection_schema`: two classes). D: 6
   people per class, one row each at x = 25; the pool per class: one candidate at 75 and
   one at 25. The canary is a person with 4 rows in class 0 and 2 in class 1 at x = 100

@@ -10,7 +10,6 @@ import polars as pl
 from audits.mechanism.core import Neighbours, Sampler, Test
 from release.config import SelectionConfig
 from release.dp.noisy_max import NOISY_MAX_CONSTRUCTOR
-from release.pipeline import _private_classes
 from release.selection import (
     OneClassPerUnit,
     PoolSource,
@@ -20,6 +19,7 @@ from release.selection import (
     run_selection,
 )
 from release.selection.selpe import batch_utilities
+from release.stages.selection import private_classes
 from selpe_audit.kernel.distance import Kernel, KernelConfig
 from selpe_audit.schema import Schema, parse_schema
 
@@ -81,7 +81,7 @@ def selection_neighbours(epsilon: float, calibrate_to: float | None = None,
     mode = get(cfg.mode)
     eps_run = float(calibrate_to if calibrate_to is not None else epsilon)
     # as the release: the mode's per-person rows, then the private features per class
-    privs = [_private_classes(mode.private_rows(pl.DataFrame(data), schema, schema.id_field),
+    privs = [private_classes(mode.private_rows(pl.DataFrame(data), schema, schema.id_field),
                               schema, kernel, schema.id_field) for data in (rows, [*rows, *canary])]
     feats = kernel.featurize(pool[:n_candidates])
     pools = {c: (feats, kernel.fit_scale(feats)) for c in schema.classes}  # fixed order

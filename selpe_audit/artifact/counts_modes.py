@@ -23,7 +23,9 @@ class CountsModeDescriptor:
     (epsilon, delta): the mode needs a delta). ``model``: it releases a counts model
     (``counts.model``: every noisy marginal, so decode refits it), which can hold free-text
     topic columns (the DP phrase vocabularies, topic codebooks). ``audit``: the
-    ``selpe-audit audit mechanism`` kind that tests its measurement.
+    ``selpe-audit audit mechanism`` kind that tests its measurement. ``topic_share``: the
+    mode gives the free-text topic columns ``counts.topic_share`` of its budget (the
+    artifact's ``budget.counts.topic_share`` says so when it has such columns).
     """
 
     name: str
@@ -32,6 +34,7 @@ class CountsModeDescriptor:
     review: str
     model: bool
     audit: str
+    topic_share: bool = False
 
     @property
     def needs_delta(self) -> bool:
@@ -76,7 +79,7 @@ FIXED = register_counts_mode(CountsModeDescriptor(
     name="fixed", accounting="zCDP",
     help="the label's 2-way marginals, a fixed workload (zCDP); default",
     review=f"{_MODEL}: the class balance and the class's 2-way marginal with each field",
-    model=True, audit="model"))
+    model=True, audit="model", topic_share=True))
 AIM = register_counts_mode(CountsModeDescriptor(
     name="aim", accounting="zCDP",
     help="OpenDP's AIM: adaptively chosen marginals (zCDP)",

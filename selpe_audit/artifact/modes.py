@@ -89,7 +89,9 @@ class ModeDescriptor:
     ``person_bounding``: how a round bounds one person's rows (the artifact's
     ``privacy_unit.bounding.selection`` under unit = "person"); ``settings``: the frozen
     dataclass of the mode's own settings (``[selection.<name>]``; a field with ``help`` in
-    its metadata is also a CLI flag), which checks itself with a ValueError.
+    its metadata is also a CLI flag), which checks itself with a ValueError;
+    ``section_settings``: those of its settings the artifact's ``selection`` block states
+    at its top level (selpe: the utility), for the reviewer.
     """
 
     name: str
@@ -101,6 +103,7 @@ class ModeDescriptor:
     block: type | None = None  # a record: a frozen dataclass, __pydantic_config__ = OPEN
     person_bounding: str = "all of a person's rows; the round's sensitivity bounds them"
     settings: type = NoSettings
+    section_settings: tuple[str, ...] = ()
 
     @property
     def needs_delta(self) -> bool:
@@ -198,7 +201,7 @@ SELPE = register_mode(ModeDescriptor(
                     "them in one batch (keyed hash of the person id), however many: utilities "
                     "lie in [-1, 0], so one person moves one batch's scores by at most 1 "
                     "(L-inf); bounded by the utility range, not by max_contributions",
-    settings=SelpeSettings))
+    settings=SelpeSettings, section_settings=("utility",)))
 PE_HISTOGRAM = register_mode(ModeDescriptor(
     name="pe-histogram", accounting="zCDP",
     help="Private Evolution's Gaussian vote histogram",

@@ -1,0 +1,155 @@
+"""The artifact's document, built from what the release's stages released: the schema, the
+privacy unit and how each mechanism bounds it, the budget and the plan, the ledger, the
+derived guarantees, the counts and the selection. Nothing here reads a private row."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from release.config import ReleaseConfig
+from release.counts import get as counts_mode
+from release.counts.model import CONVERSION_ID
+from release.ledger import ledger_block
+from release.plan import ReleasePlan
+from release.private_data import source_description
+from release.selection import get
+from release.stages.sizing import SIZE_ID
+from selpe_audit.artifact import records
+from selpe_audit.artifact.counts_modes import describe_counts
+from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions
+from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
+from selpe_audit.artifact.records import Budget, LedgerEntry, LifetimeStamp, json_form
+from selpe_audit.schema import Schema
+
+SIZE_ACCOUNTANT = "a Context in pure epsilon-DP for the row count the plan is sized by"
+PHRASES_ACCOUNTANT = ("a Context in (epsilon, delta)-DP per free-text field's phrase "
+                      "vocabulary (partition selection)")
+PURE_SELECTION_ACCOUNTANT = ("an adaptive compositor over the selection rounds, each "
+                             "entry's epsilon from its privacy map")
+GAUSSIAN_SELECTION_ACCOUNTANT = (
+    "an adaptive compositor in zero-concentrated DP over the Gaussian selection rounds (rho "
+    "adds up), whose total rho OpenDP converts to (epsilon, delta) at the configured delta "
+    "(selection/zcdp-to-approx-dp); round entries state rho and mu, their epsilon is counted "
+    "in the conversion entry")
+
+
+def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
+                   entries: list[LedgerEntry], total: float, counts: dict[str, Any],
+                   selection: dict[str, Any] | None = None, total_delta: float = 0.0,
+                   selection_mu: float | None = None,
+                   lifetime: LifetimeStamp | None = None, *,
+                   source_key: bytes, plan: ReleasePlan | None = None) -> dict[str, Any]:
+    """The artifact's document; ``source_key``: the enclave secret that keys a database
+    query's HMAC (the ledger folder's key); ``plan``: what the release sized to the table."""
+    unit = privacy_unit_block(cfg, schema, selection is not None)
+    guarantees = derived_guarantees(total, total_delta, unit)
+    if selection_mu is not None:
+        guarantees = replace(guarantees, selection_gdp=gdp_interpretation(
+            selection_mu, counts=counts_accounting(cfg, entries)))
+    vocabularies = plan.vocabulary_fields if plan is not None else cfg.phrase_fields(schema)
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tool": tool_versions(),
+        "dataset": cfg.dataset,
+        "source": source_description(cfg.source, source_key),
+        "schema": schema.public_json(),
+        "schema_sha256": schema.sha256(),
+        "privacy_unit": unit,
+        "release_key_id": release_key_id,
+        "budget": json_form(budget_block(cfg, schema, counts, bool(vocabularies), lifetime,
+                                         plan)),
+        "ledger": ledger_block(entries, total,
+                               _accountant(cfg, bool(vocabularies), selection_mu,
+                                           selection is not None), total_delta),
+        "guarantees": json_form(guarantees),
+        "counts": counts,
+        "selection": selection,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def budget_block(cfg: ReleaseConfig, schema: Schema, counts: dict[str, Any],
+                 vocabularies: bool, lifetime: LifetimeStamp | None,
+                 plan: ReleasePlan | None) -> Budget:
+    """The artifact's ``budget``: the epsilon, its shares, what the counts mode split, the
+    lifetime caps in force and the plan."""
+    budget, c = cfg.budget, cfg.counts
+    caps = ((budget.lifetime_epsilon, budget.lifetime_delta) if lifetime is None else
+            (lifetime.lifetime_epsilon, lifetime.lifetime_delta))
+    return Budget(
+        budget.epsilon, cfg.release_delta,
+        {"counts": budget.counts_share, "selection": budget.selection_share},
+        counts={"mode": c.mode, "class_share": c.class_share,
+                "topic_share": (c.topic_share if describe_counts(c.mode).topic_share and
+                                _has_topic_columns(counts) else 0.0),
+                "topics": cfg.topics,
+                "phrase_share": c.phrase_share if vocabularies else 0.0,
+                "delta": cfg.counts_delta,
+                "gamma": c.table_shares(schema)[0],
+                "alpha": c.table_shares(schema)[1],
+                "n_min": c.n_min},
+        lifetime_epsilon=caps[0], lifetime_delta=caps[1], lifetime_ledger=lifetime,
+        plan=plan.record if plan is not None else None,
+        leave_out_exhausted=cfg.leave_out_exhausted or None)
+
+
+def _has_topic_columns(counts: dict[str, Any]) -> bool:
+    """Whether the released model has a free-text topic column (topic_share applies)."""
+    return any(c["kind"] == "topic" for c in (counts.get("model") or {}).get("columns", []))
+
+
+def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:
+    """The noisy counts' accounting in words, from their ledger entries: pure epsilon-DP in
+    "marginals", else rho-zCDP with OpenDP's (epsilon, delta) conversion (and the phrase
+    vocabularies' own (epsilon, delta))."""
+    counts = [e for e in entries if e.id.startswith("counts/")]
+    if not cfg.counts.needs_delta:
+        return f"pure epsilon-DP (epsilon {sum(e.epsilon for e in counts):.4g})"
+    conv = next(e for e in counts if e.id == CONVERSION_ID)
+    words = (f"rho-zCDP (rho {conv.rho:.4g}, which OpenDP converts to "
+             f"({conv.epsilon:.4g}, {conv.delta:.3g})-DP)")
+    size = next((e for e in counts if e.id == SIZE_ID), None)
+    if size is not None:
+        words += f" plus the row count's pure epsilon {size.epsilon:.4g}"
+    phrases = [e for e in counts if e.id not in (conv.id, SIZE_ID)
+               and e.accounting != "rho-zCDP"]
+    if phrases:
+        words += (f" plus ({sum(e.epsilon for e in phrases):.4g}, "
+                  f"{sum(e.delta for e in phrases):.3g})-DP phrase vocabularies")
+    return words
+
+
+def _accountant(cfg: ReleaseConfig, vocabularies: bool, selection_mu: float | None,
+                selects: bool) -> str:
+    """How the ledger's entries add up, in words: the plan's row count, the phrase
+    vocabularies (if any ran), the counts mode's own accountant, the selection's; the parts
+    compose sequentially."""
+    parts = [SIZE_ACCOUNTANT, *([PHRASES_ACCOUNTANT] if vocabularies else [])]
+    parts.append(counts_mode(cfg.counts.mode).accountant)
+    if selects:
+        parts.append(GAUSSIAN_SELECTION_ACCOUNTANT if selection_mu is not None
+                     else PURE_SELECTION_ACCOUNTANT)
+    return (f"OpenDP: {'; '.join(parts)}. The parts compose sequentially (epsilons and "
+            "deltas add), each entry's epsilon from OpenDP's privacy map")
+
+
+def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dict[str, Any]:
+    """The unit, what the guarantee protects, and how each mechanism bounds one unit."""
+    pu = cfg.privacy_unit.resolved(schema)
+    if pu.unit == "person":
+        bounding = {"counts": f"OpenDP truncate_per_group: each person's rows are cut to a "
+                              f"random sample of at most {pu.max_contributions} before every "
+                              "count"}
+        if selects:
+            bounding["selection"] = get(cfg.selection.mode).descriptor.person_bounding
+        unit = records.PrivacyUnit("person", pu.id_field or schema.id_field, pu.max_contributions)
+    else:
+        bounding = {"counts": "each row is counted once per query",
+                    "group": "a person with m rows is protected at m times epsilon"}
+        if selects:
+            bounding["selection"] = "each row sits in one batch of its class per round"
+        unit = records.PrivacyUnit("row")
+    return json_form(replace(unit, protects=protects(json_form(unit)), bounding=bounding))

@@ -1,0 +1,17 @@
+"""The artifact written and signed with the release key, and its review page beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from release.config import ReleaseConfig
+from selpe_audit.artifact.document import write_release
+from selpe_audit.review.page import write_review_html
+
+
+def write_and_sign(cfg: ReleaseConfig, doc: dict[str, Any]) -> Path:
+    """``doc`` as the signed artifact in ``cfg.out`` (its path), with the review page."""
+    path = write_release(cfg.out, doc, cfg.release_key)
+    write_review_html(cfg.out, doc)
+    return path
