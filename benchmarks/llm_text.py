@@ -195,7 +195,7 @@ def _at_bounds(b: Bench, records: Sequence[Row]) -> float:
 def winners_check(b: Bench, released: Released, doc: dict[str, Any]) -> dict[str, Any]:
     """The released exemplars on the default path: varied text, no placeholder, vitals off
     the schema's bounds (numbers only: the exemplars are public, synthetic)."""
-    ex = [r for c in released.classes for r in released.exemplars(c)]
+    ex = [r for c in released.classes for r in (*released.winners[c], *released.partners[c])]
     texts = [r[TEXT] for r in ex]
     words = placeholder_words(b.schema)
     cand = (doc.get("selection") or {}).get("candidates") or {}

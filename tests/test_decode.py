@@ -291,7 +291,8 @@ def test_marginals_decode_of_a_pool_artifact_with_select_top(pool_art, keys, tmp
     assert len(records) == 30
     validator = rel.schema.record_validator()
     assert all(validator.is_valid(r) for r in records)
-    texts = {r["chief_complaint"] for c in rel.classes for r in rel.exemplars(c)}
+    texts = {r["chief_complaint"] for c in rel.classes
+             for r in (*rel.winners[c], *rel.partners[c])}
     assert {r["chief_complaint"] for r in records} <= texts  # text only from exemplars
     assert doc["selection"]["select_top"] == "applied"
     assert doc["embedder"]["matches_artifact"] is True

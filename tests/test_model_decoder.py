@@ -235,8 +235,8 @@ def test_describe_and_the_fit_scale(decoder):
     assert d["name"] == "model" and "model" in decoder_names()
     assert d["text_source"] == {"note": "topics"} and d["placeholder"] is None
     assert d["counts_model"]["columns"] == list(COLUMNS)
-    h = decoder.released.histograms["colour"]
-    assert h.scale == decoder.released.view.counts.histograms["colour"].stddev
+    assert decoder.released.scale("colour") == \
+        decoder.released.view.counts.histograms["colour"].stddev
 
 
 def test_an_artifact_without_a_model_is_a_one_line_error(release):

@@ -50,7 +50,6 @@ from selpe_audit.review.view import (
     count_flag,
     count_floor,
     display_text,
-    exemplars,
     fmt_value,
     marginal_title,
     model_summary,
@@ -301,7 +300,7 @@ def _exemplars(view: ReleaseView) -> list[Any]:
     out: list[Any] = [Text("selection config ", "bold") + _t(_json(sel.config))]
     eps = {fmt_value(r.round): r.epsilon for r in sel.rounds}
     tables: dict[tuple[str, str], Table] = {}
-    for ex in exemplars(view):
+    for ex in sel.exemplars():
         rec = ex.record
         key = (fmt_value(ex.round), fmt_value(ex.class_value))
         if key not in tables:
