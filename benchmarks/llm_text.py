@@ -66,7 +66,7 @@ import numpy as np
 
 from benchmarks.adult import release_settings, split_paths
 from benchmarks.counts_modes import release_child
-from benchmarks.triage import Bench, Sizes, _bench, audit
+from benchmarks.triage import Bench, Sizes, audit, make_bench
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from release.dp import enable as enable_opendp
@@ -242,7 +242,7 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
     sizes = Sizes((EPSILON,), members=plan.members, n=plan.demo_n, llm_n=plan.demo_n,
                   pool=plan.pool, rounds=1, k=3)
     folder.mkdir(parents=True, exist_ok=True)
-    b = _bench(folder, sizes)
+    b = make_bench(folder, sizes)
     n = plan.demo_n
     default, d_doc = _release(b, "default-path", None, **SELECTION)
     pool_rel, p_doc = _release(b, "pool", ROOT / "selpe_audit/data/demo_release.toml",

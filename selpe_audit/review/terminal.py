@@ -187,7 +187,8 @@ def _count_table(view: ReleaseView, title: str, rows: list[str], mechanism_id: s
     return t
 
 
-def _counts(view: ReleaseView) -> list[Any]:
+def counts_parts(view: ReleaseView) -> list[Any]:
+    """The counts section as renderables (the tests print it to check what is shown)."""
     counts = view.counts
     label = view.schema_json.get("x-label", "class")
     heads = [f"{label} {c}" for c in counts.class_balance.classes]
@@ -389,7 +390,7 @@ def _review(args: argparse.Namespace) -> int:
     if (plan := _plan_table(view)) is not None:
         con.print(plan)
     con.print(_guarantees(view))
-    for part in [*_counts(view), *_exemplars(view)]:
+    for part in [*counts_parts(view), *_exemplars(view)]:
         con.print(part)
     page = args.html or d / REVIEW_FILE
     con.print(_warnings_table(warnings) if args.all else _warnings_by_kind(warnings, str(page)))
