@@ -312,7 +312,8 @@ def demo_settings(data: Path, folder: Path, key: Path, mode: str, tag: str,
             "counts_mode": mode, **({"candidates": pool} if pool is not None else {})}
 
 
-def _demo_config() -> Path:
+def demo_config() -> Path:
+    """The bundled demo release config (the other counts benchmarks release with it too)."""
     return ROOT / "selpe_audit" / "data" / "demo_release.toml"
 
 
@@ -341,7 +342,7 @@ def demo(sizes: Sizes, folder: Path, key: Path, trust: Path) -> dict[str, Any]:
                 settings["aim_rounds"] = sizes.aim_rounds
             try:
                 with _quiet():
-                    run_release(load_config(_demo_config(), settings),
+                    run_release(load_config(demo_config(), settings),
                                 installation=Installation.for_experiments("benchmark"))
                 syn_path = folder / f"demo-{tag}.parquet"
                 decode(settings["out"], trust, syn_path, len(members), decoder, seed=i)
@@ -426,7 +427,7 @@ def stages(sizes: Sizes, folder: Path, key: Path) -> dict[str, Any]:
     pool = public_pool(folder)
     settings = demo_settings(data, folder, key, DEFAULT_COUNTS_MODE,
                              f"stages-{sizes.stage_rows}", pool)
-    rel = release_child({**settings, "topics": 0}, _demo_config())
+    rel = release_child({**settings, "topics": 0}, demo_config())
     out = {"rows": sizes.stage_rows, "counts_mode": rel["mode"], "topics": 0,
            "release": "counts only (selection does not run: no selection stage time)",
            "data_generation_s": round(generated, 1), **rel["stages"],
@@ -441,7 +442,7 @@ def stages(sizes: Sizes, folder: Path, key: Path) -> dict[str, Any]:
         tag = f"topics-{sizes.topic_rows}-{'off' if topics == 0 else 'on'}"
         extra = {} if topics is None else {"topics": 0}
         r = release_child({**demo_settings(small, folder, key, DEFAULT_COUNTS_MODE, tag, pool),
-                           **extra}, _demo_config())
+                           **extra}, demo_config())
         probe["off" if topics == 0 else "on"] = r["stages"]["counts_s"]
     out["topics_probe"] = {"rows": sizes.topic_rows, "distinct_texts": texts,
                            "counts_s_without_topics": probe["off"],

@@ -135,13 +135,13 @@ def _case(folder: Path, name: str, schema_path: Path, members: list[dict], perso
 
 def run(quick: bool = False) -> dict[str, Any]:
     from benchmarks import reviews
-    from benchmarks.text_vocabulary import _aggregate, _demo_schema
+    from benchmarks.text_vocabulary import aggregate, bare_demo_schema
     from selpe_audit.demo.generator import generate_rows
 
     lines: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        demo = _demo_schema(base)
+        demo = bare_demo_schema(base)
         lines += _case(base / "demo", "demo", demo, generate_rows(3_000, seed=101), True,
                        1 if quick else 3)
         if not quick:
@@ -150,7 +150,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             members, _ = reviews.split()
             lines += _case(base / "reviews", "reviews",
                            reviews.write_schema(base / "reviews.schema.json"), members, False, 1)
-    results = _aggregate(lines)
+    results = aggregate(lines)
     return {"epsilon": EPSILON, "results": results, "table": _table(results),
             "summary": _summary(results)}
 
@@ -160,13 +160,13 @@ COLUMNS = ("terms", "exemplars", "holds_keyword", "opens_with_keyword", "keyword
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    from benchmarks.text_vocabulary import _cell
+    from benchmarks.text_vocabulary import cell
 
     head = ("| dataset | vocabulary | releases | released keywords | exemplar texts | "
             "hold a released keyword | open with one | a keyword alone | distinct | "
             "placeholders | release s |")
     rows = [f"| {r['dataset']} | {'on' if r['vocabulary'] else 'off'} | {r['releases']} | "
-            + " | ".join(_cell(r, k) for k in COLUMNS) + " |" for r in results]
+            + " | ".join(cell(r, k) for k in COLUMNS) + " |" for r in results]
     return "\n".join([head, "|" + "---|" * (head.count("|") - 1), *rows])
 
 

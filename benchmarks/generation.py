@@ -55,8 +55,8 @@ from selpe_audit.schema import Schema, demo_schema_path, load_schema
 CLASS = 3
 
 
-def _examples(schema: Schema, cls: Any, n_pos: int = 6,
-              n_neg: int = 3) -> tuple[list[dict], list[dict]]:
+def class_examples(schema: Schema, cls: Any, n_pos: int = 6,
+                   n_neg: int = 3) -> tuple[list[dict], list[dict]]:
     """Fictional demo rows as few-shot positives (this class) and negatives (others)."""
     rows = [{f.name: r[f.name] for f in schema.record_fields} for r in generate_rows(400, seed=7)]
     pos = [r for r in rows if r[schema.label] == cls][:n_pos]
@@ -64,8 +64,8 @@ def _examples(schema: Schema, cls: Any, n_pos: int = 6,
     return pos, neg
 
 
-def _decoder_run(llm: LLM, schema: Schema, cfg: GenerationConfig, prompt: list[int],
-                 n: int, constrained: bool, fast_forward: bool) -> tuple[GenerationStats, int]:
+def decoder_run(llm: LLM, schema: Schema, cfg: GenerationConfig, prompt: list[int],
+                n: int, constrained: bool, fast_forward: bool) -> tuple[GenerationStats, int]:
     """n single-stage requests on our decoder; stats and the number of valid records."""
     stats = GenerationStats()
     grammar = record_gbnf(schema, CLASS, leading_space=True) if constrained else None
@@ -129,7 +129,7 @@ def _validity_run(llm: LLM, schema: Schema, cfg: GenerationConfig,
     t0 = time.perf_counter()
     for cls, k in zip(classes, per, strict=True):
         if k:
-            pos, neg = _examples(schema, cls)
+            pos, neg = class_examples(schema, cls)
             records += gen.generate(class_value=cls, positives=pos, negatives=neg, n=k)
             print(f"class {cls}: {k} records, {gen.last_stats.records_per_s:.2f} records/s",
                   file=sys.stderr, flush=True)
@@ -156,14 +156,14 @@ def run(records: int = 1000, quick: bool = False, repeats: int = 5,
     schema = load_schema(demo_schema_path())
     cfg = GenerationConfig(n_parallel=n_parallel, seed=0)
     llm = shared().llm(n_ctx=8192, n_seq=n_parallel)  # the process's: tests share it
-    pos, neg = _examples(schema, CLASS)
+    pos, neg = class_examples(schema, CLASS)
     prompt_text = single_stage_prompt(schema, class_value=CLASS, positives=pos, negatives=neg)
     prompt = llm.tokenize(prompt_text, bos=True)
     naive = Llama(model_path=llm.info.path, n_ctx=4096, n_threads=llm.n_threads,
                   n_threads_batch=llm.n_threads, swa_full=True, verbose=False, seed=0)
     naive_n = max(1, per_repeat // 4)
     _naive_run(naive, schema, cfg, prompt_text, 1)  # evaluates and caches the prompt
-    _decoder_run(llm, schema, cfg, prompt, 1, False, False)  # warm-up
+    decoder_run(llm, schema, cfg, prompt, 1, False, False)  # warm-up
 
     one = GenerationConfig(n_parallel=1, seed=0)
     samples: dict[str, list[float]] = {k: [] for k in (
@@ -172,12 +172,12 @@ def run(records: int = 1000, quick: bool = False, repeats: int = 5,
     counts = {"constrained_valid": 0, "constrained_n": 0, "naive_valid": 0, "naive_n": 0,
               "rejections": 0, "full_masks": 0, "sampled": 0}
     for _ in range(repeats):
-        un, _ = _decoder_run(llm, schema, cfg, prompt, per_repeat, False, False)
-        co, ok = _decoder_run(llm, schema, cfg, prompt, per_repeat, True, False)
-        ff, ok_ff = _decoder_run(llm, schema, cfg, prompt, per_repeat, True, True)
+        un, _ = decoder_run(llm, schema, cfg, prompt, per_repeat, False, False)
+        co, ok = decoder_run(llm, schema, cfg, prompt, per_repeat, True, False)
+        ff, ok_ff = decoder_run(llm, schema, cfg, prompt, per_repeat, True, True)
         tps, _, nv = _naive_run(naive, schema, cfg, prompt_text, naive_n)
-        un1, _ = _decoder_run(llm, schema, one, prompt, naive_n, False, False)
-        co1, ok1 = _decoder_run(llm, schema, one, prompt, naive_n, True, False)
+        un1, _ = decoder_run(llm, schema, one, prompt, naive_n, False, False)
+        co1, ok1 = decoder_run(llm, schema, one, prompt, naive_n, True, False)
         samples["unconstrained_1"].append(un1.tokens_per_s)
         samples["constrained_1"].append(co1.tokens_per_s)
         samples["constrained_records"].append(co.records_per_s)

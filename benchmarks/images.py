@@ -66,13 +66,13 @@ def _size(image: str) -> int:
 
 def _artifact(folder: Path) -> tuple[Path, Path]:
     """A counts-only release of the demo sample (the demo's config; public pool not needed)."""
-    from benchmarks.counts_modes import _demo_config, demo_settings, release_child
+    from benchmarks.counts_modes import demo_config, demo_settings, release_child
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.demo.command import DATA
 
     key, pub, _ = generate_keypair(folder / "release.pem")
     settings = {**demo_settings(DATA, folder, key, "fixed", "images", None), "topics": 0}
-    release_child(settings, _demo_config())
+    release_child(settings, demo_config())
     return Path(settings["out"]), pub
 
 

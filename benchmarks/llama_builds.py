@@ -69,12 +69,12 @@ def child(per_repeat: int) -> dict[str, Any]:
     schema = load_schema(demo_schema_path())
     cfg = GenerationConfig(n_parallel=4, seed=0)
     llm = load_llm(n_seq=4, n_ctx=8192)
-    pos, neg = g._examples(schema, g.CLASS)
+    pos, neg = g.class_examples(schema, g.CLASS)
     prompt = llm.tokenize(single_stage_prompt(schema, class_value=g.CLASS, positives=pos,
                                               negatives=neg), bos=True)
-    g._decoder_run(llm, schema, cfg, prompt, 1, False, False)  # warm-up
-    un, _ = g._decoder_run(llm, schema, cfg, prompt, per_repeat, False, False)
-    co, _ = g._decoder_run(llm, schema, cfg, prompt, per_repeat, True, False)
+    g.decoder_run(llm, schema, cfg, prompt, 1, False, False)  # warm-up
+    un, _ = g.decoder_run(llm, schema, cfg, prompt, per_repeat, False, False)
+    co, _ = g.decoder_run(llm, schema, cfg, prompt, per_repeat, True, False)
     llm.close()
     return {"unconstrained": un.tokens_per_s, "constrained": co.tokens_per_s,
             "features": build_features(llama_cpp.llama_print_system_info().decode()),

@@ -66,7 +66,7 @@ import numpy as np
 
 from benchmarks.adult import release_settings, split_paths
 from benchmarks.counts_modes import release_child
-from benchmarks.triage import Bench, Sizes, _bench, audit
+from benchmarks.triage import Bench, Sizes, audit, make_bench
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from release.dp import enable as enable_opendp
@@ -195,7 +195,7 @@ def _at_bounds(b: Bench, records: Sequence[Row]) -> float:
 def winners_check(b: Bench, released: Released, doc: dict[str, Any]) -> dict[str, Any]:
     """The released exemplars on the default path: varied text, no placeholder, vitals off
     the schema's bounds (numbers only: the exemplars are public, synthetic)."""
-    ex = [r for c in released.classes for r in released.exemplars(c)]
+    ex = [r for c in released.classes for r in (*released.winners[c], *released.partners[c])]
     texts = [r[TEXT] for r in ex]
     words = placeholder_words(b.schema)
     cand = (doc.get("selection") or {}).get("candidates") or {}
@@ -242,7 +242,7 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
     sizes = Sizes((EPSILON,), members=plan.members, n=plan.demo_n, llm_n=plan.demo_n,
                   pool=plan.pool, rounds=1, k=3)
     folder.mkdir(parents=True, exist_ok=True)
-    b = _bench(folder, sizes)
+    b = make_bench(folder, sizes)
     n = plan.demo_n
     default, d_doc = _release(b, "default-path", None, **SELECTION)
     pool_rel, p_doc = _release(b, "pool", ROOT / "selpe_audit/data/demo_release.toml",

@@ -56,9 +56,9 @@ def short_rows(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 def _schema(folder: Path) -> Path:
-    from benchmarks.text_vocabulary import _demo_schema
+    from benchmarks.text_vocabulary import bare_demo_schema
 
-    path = _demo_schema(folder)
+    path = bare_demo_schema(folder)
     raw = json.loads(path.read_text())
     raw["properties"][FIELD]["maxLength"] = MAX_LENGTH
     raw["properties"][FIELD]["minLength"] = 1
@@ -70,7 +70,7 @@ def _schema(folder: Path) -> Path:
 def run(quick: bool = False, rows: int = 400) -> dict[str, Any]:
     import polars as pl
 
-    from benchmarks.text_vocabulary import _decode, _release, _score
+    from benchmarks.text_vocabulary import counts_release, decode_rows, score_rows
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.schema import load_schema
 
@@ -84,18 +84,18 @@ def run(quick: bool = False, rows: int = 400) -> dict[str, Any]:
         data = base / "members.csv"
         pl.DataFrame(members).write_csv(data)
         key, trust, _ = generate_keypair(base / "k.pem")
-        doc, release_s, out = _release(base, data, schema_path, key, True, True)
+        doc, release_s, out = counts_release(base, data, schema_path, key, True, True)
         runs = [("model", "model", False, len(members), 0)] + [
             (label, "llm", paraphrase, rows, seed) for seed in SEEDS
             for label, paraphrase in ((KEEP, False), (PARAPHRASE, True))]
         for label, decoder, paraphrase, size, seed in runs:
             t0 = time.perf_counter()
-            syn = _decode(out, trust, size, decoder, seed, base / f"{label}-{seed}.csv",
-                          schema, paraphrase)
+            syn = decode_rows(out, trust, size, decoder, seed, base / f"{label}-{seed}.csv",
+                              schema, paraphrase)
             seconds = time.perf_counter() - t0
             lines.append({"decode": label, "seed": seed, "rows": size,
                           "decode_s": round(seconds, 1),
-                          **_score(schema, syn, members, test, doc, seed)})
+                          **score_rows(schema, syn, members, test, doc, seed)})
             print(f"{label} seed {seed}: text TSTR {lines[-1]['text_tstr']:.3f}, distinct "
                   f"{lines[-1]['distinct_share']:.2f}", flush=True)
     keep, para = _mean(lines, KEEP), _mean(lines, PARAPHRASE)

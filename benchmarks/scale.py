@@ -40,7 +40,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.counts_modes import ROOT, _demo_config, demo_rows, demo_settings, release_child
+from benchmarks.counts_modes import ROOT, demo_config, demo_rows, demo_settings, release_child
 from release.installation import DEFAULT_MAX_EPSILON
 
 FULL_SIZES = (10_000, 100_000, 1_000_000)
@@ -164,7 +164,7 @@ def run(quick: bool = False, sizes: Sequence[int] | None = None,
         decode_source = None
         for n, data in files.items():
             row: dict[str, Any] = {"n": n, "plain_read": child({"job": "read", "data": str(data)})}
-            row["release"] = _release(data, folder, key, f"counts-{n}", _demo_config())
+            row["release"] = _release(data, folder, key, f"counts-{n}", demo_config())
             if decode_source is None or n == min(sizes, key=lambda m: abs(m - 100_000)):
                 decode_source = row["release"]["artifact"]
             out["rows"].append(row)

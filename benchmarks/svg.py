@@ -21,7 +21,7 @@ def _esc(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """About ``n`` round tick values covering [lo, hi]."""
     if hi <= lo:
         hi = lo + 1.0
@@ -76,7 +76,7 @@ def line_chart(title: str, x_labels: Sequence[str], series: dict[str, Sequence[f
     if reference is not None:
         values.append(reference[0])
     lo, hi = min([0.0, *values]), max([0.0, *values]) or 1.0
-    ticks = _ticks(lo, hi)
+    ticks = nice_ticks(lo, hi)
     lo, hi = ticks[0], ticks[-1]
 
     def px(i: int) -> float:
@@ -134,7 +134,7 @@ def bar_chart(title: str, groups: Sequence[str], series: dict[str, Sequence[floa
     pw = width - left - right
     height = top + group_h * len(groups) + 34
     values = [v for s in series.values() for v in s if v is not None]
-    ticks = _ticks(min([0.0, *values]), max([0.0, *values]) or 1.0)
+    ticks = nice_ticks(min([0.0, *values]), max([0.0, *values]) or 1.0)
     lo, hi = ticks[0], ticks[-1]
 
     def px(v: float) -> float:

@@ -68,7 +68,7 @@ REVIEWS_LLM_SHARE = 50  # percent of --llm-rows the LLM writes on the reviews (l
 LLM_RELEASES = 3  # releases of the demo and of the reviews that the llm decoder decodes too
 
 
-def _demo_schema(folder: Path) -> Path:
+def bare_demo_schema(folder: Path) -> Path:
     """The bundled demo schema without its public ``examples``."""
     from selpe_audit.schema import demo_schema_path
 
@@ -80,8 +80,8 @@ def _demo_schema(folder: Path) -> Path:
     return path
 
 
-def _release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
-             person: bool, extra: dict[str, Any] | None = None) -> tuple[dict, float, Path]:
+def counts_release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
+                   person: bool, extra: dict[str, Any] | None = None) -> tuple[dict, float, Path]:
     """One counts-only release; ``extra``: more settings (flat keys, as the CLI's)."""
     from release.config import load_config
     from release.installation import Installation
@@ -100,8 +100,8 @@ def _release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
     return doc, time.perf_counter() - t0, out
 
 
-def _decode(out: Path, trust: Path, n: int, decoder: str, seed: int, path: Path,
-            schema: Any, paraphrase: bool = False) -> list[dict[str, Any]]:
+def decode_rows(out: Path, trust: Path, n: int, decoder: str, seed: int, path: Path,
+                schema: Any, paraphrase: bool = False) -> list[dict[str, Any]]:
     """Decode ``n`` rows to ``path`` and read them back typed by ``schema``."""
     import polars as pl
 
@@ -123,8 +123,8 @@ def _typed(f: Any, v: str | None) -> Any:
     return v
 
 
-def _score(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
-           doc: dict | None, seed: int) -> dict[str, Any]:
+def score_rows(schema: Any, syn: list[dict], members: list[dict], test: list[dict],
+               doc: dict | None, seed: int) -> dict[str, Any]:
     """What one decoded set gives (see module); real-sample numbers for the same size. A
     peer's records (``doc`` None) have no text: record TSTR only."""
     from audits.text_quality import NEAR_COPY_THRESHOLD, near_copies, text_tstr
@@ -191,10 +191,10 @@ def _with_texts(rows: list[dict], source: list[dict], texts: list[Any],
             for r, j in zip(rows, order.tolist(), strict=True)]
 
 
-def _case(folder: Path, name: str, schema_path: Path, members: list[dict], test: list[dict],
-          person: bool, releases: int, llm_rows: int = 0, peers: bool = False,
-          decoders: tuple[str, ...] = DECODERS, extra: dict[str, Any] | None = None,
-          vocabulary: tuple[bool, ...] = (True, False)) -> list[dict[str, Any]]:
+def run_case(folder: Path, name: str, schema_path: Path, members: list[dict], test: list[dict],
+             person: bool, releases: int, llm_rows: int = 0, peers: bool = False,
+             decoders: tuple[str, ...] = DECODERS, extra: dict[str, Any] | None = None,
+             vocabulary: tuple[bool, ...] = (True, False)) -> list[dict[str, Any]]:
     """Every release of one dataset, vocabulary on and off, scored per decoder; then, with
     ``peers``, smartnoise's AIM and MST once each at the same epsilon (text dropped)."""
     import polars as pl
@@ -213,18 +213,18 @@ def _case(folder: Path, name: str, schema_path: Path, members: list[dict], test:
         for i in range(releases):
             sub = folder / f"{phrases}-{i}"
             sub.mkdir()
-            doc, seconds, out = _release(sub, data, schema_path, key, phrases, person, extra)
+            doc, seconds, out = counts_release(sub, data, schema_path, key, phrases, person, extra)
             for decoder in decoders if phrases else ("model",):
-                syn = _decode(out, trust, len(members), decoder, i, sub / f"{decoder}.csv",
-                              schema)
+                syn = decode_rows(out, trust, len(members), decoder, i, sub / f"{decoder}.csv",
+                                  schema)
                 lines.append({"dataset": name, "vocabulary": phrases, "decoder": decoder,
-                              "release_s": seconds, **_score(schema, syn, members, test, doc,
-                                                             i)})
+                              "release_s": seconds, **score_rows(schema, syn, members, test, doc,
+                                                                 i)})
             if phrases and i < LLM_RELEASES and llm_rows:
-                syn = _decode(out, trust, llm_rows, "llm", i, sub / "llm.csv", schema)
+                syn = decode_rows(out, trust, llm_rows, "llm", i, sub / "llm.csv", schema)
                 lines.append({"dataset": name, "vocabulary": phrases, "decoder": "llm",
-                              "release_s": seconds, **_score(schema, syn, members, test, doc,
-                                                             i)})
+                              "release_s": seconds, **score_rows(schema, syn, members, test, doc,
+                                                                 i)})
             print(f"{name} vocabulary {'on' if phrases else 'off'} release {i + 1}: "
                   f"{lines[-1].get('text_tstr')} text TSTR", flush=True)
     for synth in ("aim", "mst") if peers else ():
@@ -233,17 +233,18 @@ def _case(folder: Path, name: str, schema_path: Path, members: list[dict], test:
         if syn is not None:
             lines.append({"dataset": name, "vocabulary": False, "decoder": f"smartnoise {synth}",
                           "release_s": time.perf_counter() - t0,
-                          **_score(schema, syn, members, test, None, 0)})
+                          **score_rows(schema, syn, members, test, None, 0)})
             print(f"{name} smartnoise {synth}: {lines[-1]['record_blanked']}", flush=True)
     return lines
 
 
-def _stats(values: list[float]) -> dict[str, float]:
+def stats(values: list[float]) -> dict[str, float]:
+    """Mean, min and max over runs, rounded as every results table shows them."""
     return {"mean": round(statistics.fmean(values), 4), "min": round(min(values), 4),
             "max": round(max(values), 4)}
 
 
-def _aggregate(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def aggregate(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and range per (dataset, vocabulary, decoder)."""
     groups: dict[tuple, list[dict]] = {}
     for line in lines:
@@ -254,9 +255,9 @@ def _aggregate(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                "releases": len(runs)}
         for k, v in runs[0].items():
             if isinstance(v, int | float) and not isinstance(v, bool):
-                agg[k] = _stats([r[k] for r in runs])
+                agg[k] = stats([r[k] for r in runs])
             elif isinstance(v, dict):
-                agg[k] = {m: _stats([r[k][m] for r in runs]) for m in v}
+                agg[k] = {m: stats([r[k][m] for r in runs]) for m in v}
         out.append(agg)
     return out
 
@@ -269,22 +270,22 @@ def run(quick: bool = False, llm_rows: int = 600) -> dict[str, Any]:
     lines: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        demo_schema = _demo_schema(base)
+        demo_schema = bare_demo_schema(base)
         n, n_test = (1_500, 600) if quick else (3_000, 1_500)
         test = generate_rows(n_test, seed=202)
-        lines += _case(base / "demo", "demo", demo_schema, generate_rows(n, seed=101), test,
-                       True, 1 if quick else 5, 0 if quick else llm_rows, not quick)
+        lines += run_case(base / "demo", "demo", demo_schema, generate_rows(n, seed=101), test,
+                          True, 1 if quick else 5, 0 if quick else llm_rows, not quick)
         if not quick:
-            lines += _case(base / "demo20k", "demo 20k", demo_schema,
-                           generate_rows(20_000, seed=101), test, True, 1)
+            lines += run_case(base / "demo20k", "demo 20k", demo_schema,
+                              generate_rows(20_000, seed=101), test, True, 1)
             members, test = reviews.split()
-            lines += _case(base / "reviews", "reviews", reviews.write_schema(
+            lines += run_case(base / "reviews", "reviews", reviews.write_schema(
                 base / "reviews.schema.json"), members, test, False, 3,
                 llm_rows * REVIEWS_LLM_SHARE // 100, peers=True)
             train, test_df, adult_schema = adult.load()
-            lines += _case(base / "adult", "adult", adult_schema, train.to_dicts(),
-                           test_df.to_dicts(), False, 1, decoders=("model",))
-    out["results"] = _aggregate(lines)
+            lines += run_case(base / "adult", "adult", adult_schema, train.to_dicts(),
+                              test_df.to_dicts(), False, 1, decoders=("model",))
+    out["results"] = aggregate(lines)
     out["table"] = _table(out["results"])
     out["summary"] = _summary(out["results"])
     return out
@@ -328,7 +329,9 @@ def _summary(results: list[dict]) -> str:
             "text either.")
 
 
-def _cell(r: dict, key: str, sub: str | None = None) -> str:
+def cell(r: dict, key: str, sub: str | None = None) -> str:
+    """A results-table cell: the mean, with its range over runs where they differ (shared by
+    the benchmarks that build on this one's cases)."""
     v = r.get(key)
     if v is not None and sub is not None:
         v = v.get(sub)
@@ -358,7 +361,7 @@ def _table(results: list[dict]) -> str:
                 f"{r['real_record_blanked']['gb']['mean']:.3f}")
 
         def cells(key: str, sub: str | None = None, group: list[dict] = group) -> str:
-            parts = [_cell(g, key, sub) for g in group]
+            parts = [cell(g, key, sub) for g in group]
             return "-" if set(parts) == {"-"} else " / ".join(parts)
 
         rows.append("| " + " | ".join([

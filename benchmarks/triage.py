@@ -121,7 +121,9 @@ class Bench:
     dec: LocalDecode
 
 
-def _bench(folder: Path, sizes: Sizes) -> Bench:
+def make_bench(folder: Path, sizes: Sizes) -> Bench:
+    """The triage bench in ``folder``: the demo schema, a release key, the candidate pool,
+    member and non-member rows and a local decoder (`llm_text` builds on it too)."""
     from selpe_audit.artifact.signing import generate_keypair
 
     schema = load_schema(demo_schema_path())
@@ -285,7 +287,7 @@ def run(quick: bool = False, llm_n: int | None = None) -> dict[str, Any]:
         sizes = replace(sizes, llm_n=llm_n)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        b = _bench(Path(tmp), sizes)
+        b = make_bench(Path(tmp), sizes)
         main, kept = main_rows(b)
         base = kept.get(ABLATION_EPSILON) or _base(b)
         abl, checks = ablations(b, base)

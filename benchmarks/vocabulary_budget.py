@@ -53,11 +53,11 @@ DELTA = 5e-7  # half the counts' default delta (1e-6), as the release gives the 
 def _datasets(base: Path, quick: bool) -> list[tuple[str, Path, list, list, bool, int]]:
     """(name, schema path, members, test rows, person unit, releases) per dataset."""
     from benchmarks import reviews
-    from benchmarks.text_vocabulary import _demo_schema
+    from benchmarks.text_vocabulary import bare_demo_schema
     from selpe_audit.demo.generator import generate_rows
 
     n, n_test = (1_500, 600) if quick else (3_000, 1_500)
-    out = [("demo", _demo_schema(base), generate_rows(n, seed=101),
+    out = [("demo", bare_demo_schema(base), generate_rows(n, seed=101),
             generate_rows(n_test, seed=202), True, 1 if quick else 3)]
     if not quick:
         members, test = reviews.split()
@@ -98,7 +98,7 @@ def _ceiling(name: str, schema_path: Path, members: list, test: list, person: bo
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from benchmarks.text_vocabulary import _aggregate, _case, _stats
+    from benchmarks.text_vocabulary import aggregate, run_case, stats
 
     shares = SHARES[:2] if quick else SHARES
     lines: list[dict[str, Any]] = []
@@ -109,9 +109,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             grid = [(s, 1) for s in shares] + list(SLOTS if name == "demo" and not quick
                                                    else ())
             for share, slots in grid:
-                got = _case(base / f"{name}-{share}-{slots}", name, schema, members, test,
-                            person, releases, decoders=("model",), vocabulary=(True,),
-                            extra={"phrase_share": share, "keyword_slots": slots})
+                got = run_case(base / f"{name}-{share}-{slots}", name, schema, members, test,
+                               person, releases, decoders=("model",), vocabulary=(True,),
+                               extra={"phrase_share": share, "keyword_slots": slots})
                 lines += [{**g, "decoder": f"model, share {share:g}, slots {slots}"}
                           for g in got]
             for share, per_unit in QUICK_CEILING_GRID if quick else CEILING_GRID:
@@ -120,12 +120,12 @@ def run(quick: bool = False) -> dict[str, Any]:
                                              per_unit, seed))
                     print(f"{name} share {share}, {per_unit} per unit: ceiling "
                           f"{ceilings[-1]['ceiling']:.3f}", flush=True)
-    results = _aggregate(lines)
+    results = aggregate(lines)
     groups: dict[tuple, list[dict]] = {}
     for c in ceilings:
         groups.setdefault((c["dataset"], c["share"], c["per_unit"]), []).append(c)
     ceiling = [{"dataset": d, "share": s, "epsilon": EPSILON * s, "per_unit": k,
-                **{key: _stats([c[key] for c in cs]) for key in
+                **{key: stats([c[key] for c in cs]) for key in
                    ("threshold", "terms", "coverage", "ceiling", "real")}}
                for (d, s, k), cs in groups.items()]
     return {"epsilon": EPSILON, "results": results, "ceiling": ceiling,
@@ -139,25 +139,25 @@ def _setting(r: dict) -> str:
 
 
 def _table(results: list[dict], ceiling: list[dict]) -> str:
-    from benchmarks.text_vocabulary import _cell
+    from benchmarks.text_vocabulary import cell
 
     head = ("| dataset | phrase_share, keyword_slots | releases | terms | coverage | "
             "text TSTR | ceiling | real text | LR with text / blanked | GB with text / blanked |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         rows.append(f"| {r['dataset']} | {_setting(r)} | {r['releases']} "
-                    f"| {_cell(r, 'terms')} | {_cell(r, 'coverage')} | {_cell(r, 'text_tstr')} | "
-                    f"{_cell(r, 'text_tstr_ceiling')} | {_cell(r, 'text_tstr_real')} | "
-                    f"{_cell(r, 'record_with_text', 'lr')} / {_cell(r, 'record_blanked', 'lr')} | "
-                    f"{_cell(r, 'record_with_text', 'gb')} / {_cell(r, 'record_blanked', 'gb')} |")
+                    f"| {cell(r, 'terms')} | {cell(r, 'coverage')} | {cell(r, 'text_tstr')} | "
+                    f"{cell(r, 'text_tstr_ceiling')} | {cell(r, 'text_tstr_real')} | "
+                    f"{cell(r, 'record_with_text', 'lr')} / {cell(r, 'record_blanked', 'lr')} | "
+                    f"{cell(r, 'record_with_text', 'gb')} / {cell(r, 'record_blanked', 'gb')} |")
     if not ceiling:
         return "\n".join(rows)
     rows += ["", "The vocabulary alone (keywords), epsilon 2 x share:", "",
              "| dataset | share | epsilon | keywords per unit | threshold | terms | coverage "
              "| ceiling | real text |", "|---|---|---|---|---|---|---|---|---|"]
     rows += [f"| {c['dataset']} | {c['share']:g} | {c['epsilon']:g} | {c['per_unit']} | "
-             f"{c['threshold']['mean']:g} | {_cell(c, 'terms')} | {_cell(c, 'coverage')} | "
-             f"{_cell(c, 'ceiling')} | {_cell(c, 'real')} |" for c in ceiling]
+             f"{c['threshold']['mean']:g} | {cell(c, 'terms')} | {cell(c, 'coverage')} | "
+             f"{cell(c, 'ceiling')} | {cell(c, 'real')} |" for c in ceiling]
     return "\n".join(rows)
 
 

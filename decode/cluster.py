@@ -121,7 +121,7 @@ def run_on_ray(artifact: Path, trusted: list[Path], require_approvals: int, out:
         refs = {task.remote(ShardJob(artifact, keys, require_approvals, out,
                                      replace(settings, shard=p.index), release_key)): p
                 for p in settings.parts}
-        docs = _wait(ray, refs, _Watch(out, candidates), con)
+        docs = _wait(ray, refs, CandidateWatch(out, candidates), con)
         return merge_shards(out, released, [docs[i] for i in range(settings.shards)],
                             time.perf_counter() - t0, "ray", artifact_sha256=rel.sha256)
     finally:
@@ -162,7 +162,7 @@ def _cluster_size(ray: ModuleType, gpu: bool) -> int:
     return n
 
 
-def _wait(ray: ModuleType, refs: dict[Any, Part], watch: _Watch,
+def _wait(ray: ModuleType, refs: dict[Any, Part], watch: CandidateWatch,
           con: Console) -> dict[int, dict[str, Any]]:
     """Every part's provenance, with one progress bar for the job; on a failed part (or
     Ctrl-C) the other tasks are cancelled and their checkpoints stay for a rerun."""
@@ -200,7 +200,7 @@ def _result(ray: ModuleType, ref: Any, part: Part) -> dict[str, Any]:
                         "parts' checkpoints") from None
 
 
-class _Watch:
+class CandidateWatch:
     """Candidates made so far, counted from each part's checkpoints: the part's own, or in a
     chunked part (`decode.chunks`) the manifest's finished chunks plus the lines of the
     chunk checkpoints now being written."""

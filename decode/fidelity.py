@@ -28,10 +28,10 @@ def cell_counts(released: Released, records: list[dict[str, Any]]) -> dict[str, 
         flat = np.bincount(classes * width + cells, minlength=len(at) * width)
         return flat.reshape(len(at), width).tolist()
 
-    out = {name: table(h.cells([r[name] for r in records]), h.dp_counts.shape[1])
+    out = {name: table(released.cells(name, [r[name] for r in records]), len(h.keys))
            for name, h in released.histograms.items()}
     if released.cohorts:
-        out["cohorts"] = table(np.array([released.cohort_of(r) for r in records],
+        out["cohorts"] = table(np.array([released.view.counts.cohort_of(r) for r in records],
                                         dtype=np.intp), len(released.cohorts))
     return out
 
@@ -46,11 +46,11 @@ def _tvd(released: Released, counts: list[list[int]], dp_by_class: np.ndarray) -
 
 def tvd_from_counts(released: Released, counts: dict[str, list[list[int]]]) -> dict[str, Any]:
     """TVD per histogram field, their mean, and the cohorts' TVD (None when not released)."""
-    by_field = {name: _tvd(released, counts[name], h.dp_counts)
-                for name, h in released.histograms.items()}
+    by_field = {name: _tvd(released, counts[name], released.dp_counts(name))
+                for name in released.histograms}
     cohorts = None
     if released.cohorts:
-        table = np.stack([c.dp_counts for c in released.cohorts], axis=1)
+        table = released.cohort_dp_counts().T
         cohorts = _tvd(released, counts["cohorts"], table)
     mean = float(np.mean(list(by_field.values()))) if by_field else None
     return {"histograms_mean": mean, "histograms": by_field, "cohorts": cohorts}

@@ -73,13 +73,14 @@ def class_margins(released: Released, class_value: Any, records: list[dict[str, 
     """The class's released cells as margins over ``records`` with targets summing to ``a``."""
     k = released.class_index(class_value)
     raw: list[tuple[str, np.ndarray, np.ndarray, float]] = []
-    for name, h in released.histograms.items():
-        cells = h.cells([r[name] for r in records])
-        raw.append((name, cells, allocate(h.dp_counts[k], a), 1.0 / h.scale))
+    for name in released.histograms:
+        cells = released.cells(name, [r[name] for r in records])
+        raw.append((name, cells, allocate(released.dp_counts(name)[k], a),
+                    1.0 / released.scale(name)))
     if released.cohorts:
-        cells = np.array([released.cohort_of(r) for r in records], dtype=np.intp)
-        counts = [c.dp_counts[k] for c in released.cohorts]
-        raw.append(("cohorts", cells, allocate(counts, a), 1.0 / released.cohort_scale))
+        cells = np.array([released.view.counts.cohort_of(r) for r in records], dtype=np.intp)
+        raw.append(("cohorts", cells, allocate(released.cohort_dp_counts()[:, k], a),
+                    1.0 / released.cohort_scale))
     top = max((w for *_, w in raw), default=1.0)
     return [Margin(name, cells, target, w / top) for name, cells, target, w in raw]
 

@@ -229,8 +229,9 @@ def load_tools(released: Released, settings: DecodeSettings, models: Models) -> 
     return Tools(llm)
 
 
-def _binding(rel: VerifiedRelease, settings: DecodeSettings, decoder: RecordSource,
-             p: Plan, part: Part, chunks: int) -> dict[str, Any]:
+def checkpoint_binding(rel: VerifiedRelease, settings: DecodeSettings,
+                       decoder: RecordSource, p: Plan, part: Part,
+                       chunks: int) -> dict[str, Any]:
     """Everything that decides which candidates are made (and nothing that does not); the
     chunk size only where it cuts the part."""
     binding = {"artifact_sha256": rel.sha256, "decoder": decoder.describe(),
@@ -286,7 +287,7 @@ def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettin
     with con.status("loading models"):
         decoder = make_decoder(released, settings, part, tools.llm)
     chunks = chunk_plan(p.rows, settings.overgenerate, settings.chunk_rows)
-    binding = _binding(rel, settings, decoder, p, part, len(chunks))
+    binding = checkpoint_binding(rel, settings, decoder, p, part, len(chunks))
     if reuse and (done := _finished(out, binding)) is not None:
         con.print(f"{part.label}: already decoded into {out}")
         return done

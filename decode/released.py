@@ -1,7 +1,9 @@
 """The verified artifact as decode uses it: the schema, noisy counts as arrays, exemplars.
 
 Built from `VerifiedRelease.view` (signatures checked before parsing, every shape checked
-against the embedded schema there), so this module only turns the typed view into what the
+against the embedded schema there). The histograms and cohorts are the artifact's own
+records (`selpe_audit.artifact.records`), read through the checked view, so decode has no
+second shape of them; this module only turns them into the arrays and noise scales the
 decoders compute with. Everything here is public: DP outputs or post-processing of them.
 """
 
@@ -15,37 +17,9 @@ import numpy as np
 
 from selpe_audit.artifact.document import VerifiedRelease
 from selpe_audit.artifact.model_block import CountsModel, Topics
-from selpe_audit.artifact.records import Cohorts
+from selpe_audit.artifact.records import Cohort, Histogram
 from selpe_audit.artifact.view import ReleaseView
-from selpe_audit.schema import Field, Schema
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """Signed noisy counts of one field per class over its public categories or bins."""
-
-    field: Field
-    keys: tuple[Any, ...]
-    dp_counts: np.ndarray  # (classes, keys)
-    scale: float           # a cell's noise, for fit weights: the model's stddev in model
-                           # modes, else the Laplace scale of the ledger
-
-    def cells(self, values: Sequence[Any]) -> np.ndarray:
-        """The category or bin index of every value (a bin: the count of inner edges at or
-        below the value, as `Field.bin_index`)."""
-        if self.field.kind == "categorical":
-            at = {k: j for j, k in enumerate(self.keys)}
-            return np.array([at[v] for v in values], dtype=np.intp)
-        edges = np.asarray(self.field.bins[1:-1], dtype=np.float64)
-        return np.searchsorted(edges, np.asarray(values, dtype=np.float64), side="right")
-
-
-@dataclass(frozen=True)
-class Cohort:
-    """A released cohort's noisy counts per class (its rule is in ``Released.cohort_rules``)."""
-
-    name: str
-    dp_counts: np.ndarray  # (classes,)
+from selpe_audit.schema import Schema
 
 
 @dataclass(frozen=True)
@@ -56,9 +30,6 @@ class Released:
     schema: Schema
     classes: tuple[Any, ...]
     class_dp_counts: np.ndarray
-    histograms: dict[str, Histogram]
-    cohorts: tuple[Cohort, ...]
-    cohort_scale: float
     winners: dict[Any, list[dict[str, Any]]]   # per class: latest round first, no repeats
     partners: dict[Any, list[dict[str, Any]]]  # per class: latest round first, no repeats
     kernel: dict[str, Any] | None               # the selection's kernel description
@@ -66,13 +37,50 @@ class Released:
     def class_index(self, class_value: Any) -> int:
         return self.classes.index(class_value)
 
-    def cohort_of(self, record: dict[str, Any]) -> int:
-        """Index of the cohort that holds ``record`` (the catch-all if no rule matches)."""
-        return self.view.counts.cohort_of(record)
+    @property
+    def histograms(self) -> Mapping[str, Histogram]:
+        """The released class-conditional histograms, by field (the checked view's)."""
+        return self.view.counts.histograms
 
-    def exemplars(self, class_value: Any) -> list[dict[str, Any]]:
-        """The class's winners, then its partners: every public record released for it."""
-        return self.winners.get(class_value, []) + self.partners.get(class_value, [])
+    @property
+    def cohorts(self) -> tuple[Cohort, ...]:
+        """The released cohorts (none when the artifact has no cohorts block)."""
+        block = self.view.counts.cohorts
+        return () if block is None else block.cohorts
+
+    def dp_counts(self, name: str) -> np.ndarray:
+        """Field ``name``'s signed noisy counts as a (classes, keys) array."""
+        return np.asarray(self.histograms[name].dp_counts_by_class, dtype=np.int64)
+
+    def cohort_dp_counts(self) -> np.ndarray:
+        """The cohorts' signed noisy counts as a (cohorts, classes) array."""
+        return np.asarray([c.dp_counts_by_class for c in self.cohorts], dtype=np.int64)
+
+    def scale(self, name: str) -> float:
+        """A cell's noise in field ``name``'s histogram, for fit weights: the model's stddev
+        in model modes, else the ledger's Laplace scale."""
+        h = self.histograms[name]
+        if h.stddev is not None:
+            return float(h.stddev)
+        return self.view.ledger.scales().get(h.mechanism_id or "", 1.0)
+
+    @property
+    def cohort_scale(self) -> float:
+        """A cohort cell's noise: the ledger's scale of the cohorts' mechanism."""
+        block = self.view.counts.cohorts
+        if block is None:
+            return 1.0
+        return self.view.ledger.scales().get(block.mechanism_id or "", 1.0)
+
+    def cells(self, name: str, values: Sequence[Any]) -> np.ndarray:
+        """The category or bin index of every value of field ``name`` (a bin: the count of
+        inner edges at or below the value, as `Field.bin_index`)."""
+        field = self.schema.field(name)
+        if field.kind == "categorical":
+            at = {k: j for j, k in enumerate(self.histograms[name].keys)}
+            return np.array([at[v] for v in values], dtype=np.intp)
+        edges = np.asarray(field.bins[1:-1], dtype=np.float64)
+        return np.searchsorted(edges, np.asarray(values, dtype=np.float64), side="right")
 
     def hints(self, class_value: Any) -> dict[str, str]:
         """Post-processing for prompts: the class's most likely category or bin per field."""
@@ -94,18 +102,6 @@ def released_view(rel: VerifiedRelease) -> Released:
     view = rel.view
     schema, counts = view.schema, view.counts
     classes = tuple(schema.classes)
-    scales = view.ledger.scales()
-    histograms = {
-        name: Histogram(schema.field(name), h.keys, np.asarray(h.dp_counts_by_class,
-                                                               dtype=np.int64),
-                        float(h.stddev) if h.stddev is not None
-                        else scales.get(h.mechanism_id or "", 1.0))
-        for name, h in counts.histograms.items()}
-    block: Cohorts | None = counts.cohorts
-    cohorts = () if block is None else tuple(
-        Cohort(str(c.name), np.asarray(c.dp_counts_by_class, dtype=np.int64))
-        for c in block.cohorts)
-    cohort_scale = 1.0 if block is None else scales.get(block.mechanism_id or "", 1.0)
     winners: dict[Any, list[dict[str, Any]]] = {c: [] for c in classes}
     partners: dict[Any, list[dict[str, Any]]] = {c: [] for c in classes}
     kernel = None
@@ -116,5 +112,5 @@ def released_view(rel: VerifiedRelease) -> Released:
             partners[c] = recs
         kernel = dict(view.selection.kernel or {})
     return Released(view, schema, classes,
-                    np.asarray(counts.class_balance.dp_counts, dtype=np.int64), histograms,
-                    cohorts, cohort_scale, winners, partners, kernel)
+                    np.asarray(counts.class_balance.dp_counts, dtype=np.int64),
+                    winners, partners, kernel)

@@ -146,8 +146,9 @@ class CliSetting:
 
 
 @dataclass(frozen=True)
-class Cohort:
-    """A public rule: numeric fields by closed [lo, hi] ranges, categorical by value sets."""
+class CohortSpec:
+    """A configured cohort's public rule: numeric fields by closed [lo, hi] ranges,
+    categorical by value sets (released as a `selpe_audit.artifact.records.Cohort`)."""
 
     name: str
     where: dict[str, tuple[Any, ...]]
@@ -289,7 +290,7 @@ class CountsConfig:
     gamma: float | None = None  # None: sized, one marginal's share (`table_shares`)
     alpha: float | None = None
     n_min: int = 10
-    cohorts: tuple[Cohort, ...] = ()
+    cohorts: tuple[CohortSpec, ...] = ()
     rates: tuple[RateSpec, ...] = ()
 
     def __post_init__(self) -> None:
@@ -783,11 +784,11 @@ def mode_setting_owner(key: str, active: str | None = None) -> str | None:
     return active if active in owners else next(iter(owners), None)
 
 
-def _cohort(c: Any, src: str) -> Cohort:
+def _cohort(c: Any, src: str) -> CohortSpec:
     if not isinstance(c, dict) or "name" not in c or not isinstance(c.get("where"), dict):
         raise UserError(f"{src}: each [[cohorts]] needs a name and a where table")
     where = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in c["where"].items()}
-    return Cohort(str(c["name"]), where)
+    return CohortSpec(str(c["name"]), where)
 
 
 def _rate(r: Any, src: str) -> RateSpec:

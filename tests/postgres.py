@@ -52,7 +52,8 @@ class Server:
                 cur.execute(sql)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A local TCP port nobody listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -75,7 +76,7 @@ def server() -> Iterator[Server]:
     pwfile = folder / "pw"
     pwfile.write_text(ADMIN_PW + "\n")
     os.chmod(pwfile, 0o644)
-    data, port = folder / "data", _free_port()
+    data, port = folder / "data", free_port()
     try:
         _run([str(bindir / "initdb"), "-D", str(data), "-U", "admin", "-E", "UTF8",
               "--auth=scram-sha-256", f"--pwfile={pwfile}", "--no-sync"])

@@ -14,7 +14,7 @@ from typing import Any
 import fastjsonschema
 import pytest
 from jsonschema import Draft202012Validator
-from test_review_model import _release
+from test_review_model import model_release_doc
 
 from selpe_audit.artifact import model_block, records
 from selpe_audit.artifact.document import ReleaseDocument, artifact_json_schema
@@ -23,7 +23,7 @@ from selpe_audit.artifact.view import ReleaseView
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory) -> dict:
-    return _release(tmp_path_factory.mktemp("records"), "fixed")
+    return model_release_doc(tmp_path_factory.mktemp("records"), "fixed")
 
 
 def _plain(x: Any) -> Any:

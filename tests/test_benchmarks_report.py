@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from benchmarks.report import write_page
-from benchmarks.svg import _ticks, bar_chart, line_chart
+from benchmarks.svg import bar_chart, line_chart, nice_ticks
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.json"
 
@@ -74,4 +74,4 @@ def test_svg_charts_escape_and_parse():
     root = ET.fromstring(svg)
     assert root.find("{http://www.w3.org/2000/svg}title").text == "a <b> & c"
     ET.fromstring(bar_chart("t", ["f1", "f2"], {"m": [0.1, -0.05], "n": [None, 0.2]}))
-    assert _ticks(0, 0.033)[-1] >= 0.033 and _ticks(0, 0)[-1] > 0
+    assert nice_ticks(0, 0.033)[-1] >= 0.033 and nice_ticks(0, 0)[-1] > 0

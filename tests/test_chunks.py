@@ -18,12 +18,12 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_decode import _release
+from test_decode import demo_release
 
 import decode.pipeline
 from decode.checkpoint import checkpoint_path
 from decode.chunks import MANIFEST, chunk_folder, chunk_plan
-from decode.cluster import _Watch
+from decode.cluster import CandidateWatch
 from decode.pipeline import DecodeSettings, part_plan, plan, run_decode
 from decode.released import released_view
 from decode.shards import Part, shard_path
@@ -40,8 +40,8 @@ def key(keys) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def art(tmp_path_factory, key) -> Path:
     """A counts-only release of the demo sample (the default, model counts mode)."""
-    return _release(tmp_path_factory.mktemp("counts"), key[0], counts_share=1.0,
-                    selection_share=0.0)
+    return demo_release(tmp_path_factory.mktemp("counts"), key[0], counts_share=1.0,
+                        selection_share=0.0)
 
 
 def _crash_on_write(monkeypatch, nth: int) -> None:
@@ -177,7 +177,7 @@ def test_ray_progress_counts_the_chunks_of_a_part(art, key, tmp_path, monkeypatc
     p = part_plan(plan(released, 300, 2.0), Part(0, 2), 2.0)
     chunks = chunk_plan(p.rows, 2.0, 50)
     made = sum(sum(ch.candidates.values()) for ch in chunks[:3])  # chunk 2: made, not written
-    watch = _Watch(out, [sum(sum(ch.candidates.values()) for ch in chunks), 10_000])
+    watch = CandidateWatch(out, [sum(sum(ch.candidates.values()) for ch in chunks), 10_000])
     assert watch.done({}) == made
     assert watch.done({}) == made  # read again: the same, not counted twice
     assert watch.done({1: None}) == made + 10_000

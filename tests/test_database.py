@@ -135,9 +135,9 @@ def test_a_column_type_the_schema_cannot_take(pg, demo_schema, reader_pw):
 
 
 def test_cannot_connect(demo_schema, reader_pw):
-    from tests.postgres import _free_port
+    from tests.postgres import free_port
 
-    src = DatabaseSource(f"postgresql://reader@127.0.0.1:{_free_port()}/postgres",
+    src = DatabaseSource(f"postgresql://reader@127.0.0.1:{free_port()}/postgres",
                          table="triage")
     with pytest.raises(UserError, match="cannot connect"):
         read_private_rows(src, demo_schema)

@@ -60,7 +60,8 @@ EXE = str(Path(sys.executable).with_name("selpe-audit"))
 
 # ----- fixtures ------------------------------------------------------------------------------
 
-def _release(tmp: Path, key: Path, **overrides) -> Path:
+def demo_release(tmp: Path, key: Path, **overrides) -> Path:
+    """A demo release made with examples/release.toml (other decode tests start from it)."""
     cfg = load_config(ROOT / "examples" / "release.toml", {
         "schema": demo_schema_path(), "release_key": key, "out": tmp / "art",
         "lifetime_ledger": tmp / "ledger", **overrides})
@@ -71,8 +72,8 @@ def _release(tmp: Path, key: Path, **overrides) -> Path:
 @pytest.fixture(scope="module")
 def counts_art(tmp_path_factory, keys):
     """A counts-only release of the demo sample (selection: null): cohorts, rates, no text."""
-    return _release(tmp_path_factory.mktemp("counts"), keys[0][0],
-                    counts_share=1.0, selection_share=0.0)
+    return demo_release(tmp_path_factory.mktemp("counts"), keys[0][0],
+                        counts_share=1.0, selection_share=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +85,8 @@ def pool_art(tmp_path_factory, keys):
     rows = generate_rows(150, seed=12345)
     pool.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "patient_id"}) + "\n"
                         for r in rows))
-    return _release(tmp, keys[0][0], data=data, candidates=pool, counts_share=0.5,
-                    selection_share=0.5, rounds=2, k=2, batches=3)
+    return demo_release(tmp, keys[0][0], data=data, candidates=pool, counts_share=0.5,
+                        selection_share=0.5, rounds=2, k=2, batches=3)
 
 
 def _released(art: Path, pub: Path):
@@ -291,7 +292,8 @@ def test_marginals_decode_of_a_pool_artifact_with_select_top(pool_art, keys, tmp
     assert len(records) == 30
     validator = rel.schema.record_validator()
     assert all(validator.is_valid(r) for r in records)
-    texts = {r["chief_complaint"] for c in rel.classes for r in rel.exemplars(c)}
+    texts = {r["chief_complaint"] for c in rel.classes
+             for r in (*rel.winners[c], *rel.partners[c])}
     assert {r["chief_complaint"] for r in records} <= texts  # text only from exemplars
     assert doc["selection"]["select_top"] == "applied"
     assert doc["embedder"]["matches_artifact"] is True
@@ -307,7 +309,8 @@ def _cli(capsys, *argv: str) -> tuple[int, str]:
     return code, err
 
 
-def _copy_art(src: Path, dst: Path) -> Path:
+def copy_artifact(src: Path, dst: Path) -> Path:
+    """A copy of an artifact folder (release.json and signatures), to tamper with."""
     (dst / "signatures").mkdir(parents=True)
     (dst / RELEASE_FILE).write_bytes((src / RELEASE_FILE).read_bytes())
     for sig in (src / "signatures").iterdir():
@@ -319,10 +322,10 @@ def test_bad_inputs_are_one_line_errors(counts_art, keys, tmp_path, capsys, monk
     monkeypatch.setenv("COLUMNS", "300")
     (priv, pub, _), (_, rpub, _) = keys
     ok = ["--trust", str(pub), "--n", "5", "--decoder", "marginals"]
-    tampered = _copy_art(counts_art, tmp_path / "tampered")
+    tampered = copy_artifact(counts_art, tmp_path / "tampered")
     data = (tampered / RELEASE_FILE).read_bytes()
     (tampered / RELEASE_FILE).write_bytes(data.replace(b'"dp_counts":[', b'"dp_counts":[1', 1))
-    future = _copy_art(counts_art, tmp_path / "future")
+    future = copy_artifact(counts_art, tmp_path / "future")
     doc = json.loads((future / RELEASE_FILE).read_bytes())
     (future / RELEASE_FILE).write_bytes(canonical_bytes({**doc, "format_version": 99}))
     sign_file(future, RELEASE_FILE, priv)

@@ -5,7 +5,7 @@ own ``Fixed`` release) and, in the slow tests, the bundled GGUF model."""
 from __future__ import annotations
 
 import pytest
-from test_model_decoder import SCHEMA, _doc, _released, opendp_release
+from test_model_decoder import SCHEMA, model_doc, opendp_release, released_from
 
 from decode.decoders.hybrid import HybridDecoder, placeholder_words
 from decode.decoders.model import ModelDecoder
@@ -18,7 +18,7 @@ TEXT = "note"
 @pytest.fixture(scope="module")
 def released():
     table, block = opendp_release()
-    return _released(_doc(block, table))
+    return released_from(model_doc(block, table))
 
 
 def test_placeholders_are_the_schemas_own_words():
@@ -145,19 +145,19 @@ def test_a_topic_shown_to_several_drafts_is_read_once(released, llm):
     assert s.prompt_tokens <= len(head) + len(line) + s.attempts * max(own)
 
 
-def _phrase_released(kind: str = "phrases"):
+def phrase_released(kind: str = "phrases"):
     """The small model's artifact with its text topics a DP vocabulary of ``kind``: topic 0
     "a sore throat" ("throat" for keywords), 1 "chest pain", 2 "other"."""
-    from test_model_decoder import _doc
+    from test_model_decoder import model_doc
 
     from release.phrases import PhraseVocabulary, phrase_topics
 
     table, block = opendp_release()
-    doc = _doc(block, table)
+    doc = model_doc(block, table)
     terms = ("a sore throat", "chest pain") if kind == "phrases" else ("throat", "chest pain")
     vocab = PhraseVocabulary("note", kind, terms, (60, 50), 1.0, 1e-6, 1.0, 15, "laplace", 1)
     doc["counts"]["topics"] = {"note": phrase_topics(vocab)}
-    return _released(doc), vocab
+    return released_from(doc), vocab
 
 
 @pytest.mark.parametrize("kind", ["phrases", "keywords"])
@@ -167,7 +167,7 @@ def test_an_other_records_text_may_not_be_a_released_term(kind):
     were "film", held by 15 % of real reviews). So an "other" draft refuses every released
     term and, for keywords, is shown none; a phrase field's is shown phrases as the domain's
     style. A keyword topic's draft refuses nothing but its opening alone."""
-    released, vocab = _phrase_released(kind)
+    released, vocab = phrase_released(kind)
     dec = HybridDecoder(released, None, seed=3)  # type: ignore[arg-type]  # drafts only
     f = SCHEMA.field(TEXT)
     values, _ = ModelDecoder(released, seed=3).draw(1, 0)
@@ -189,7 +189,7 @@ def test_an_other_records_text_may_not_be_a_released_term(kind):
 def test_a_released_phrase_is_kept_and_the_llm_writes_the_other_topic(llm):
     """By default a record whose topic is a released phrase keeps it (the model decoder's
     text) and the LLM writes only "other" records; with paraphrase_phrases it writes all."""
-    released, vocab = _phrase_released()
+    released, vocab = phrase_released()
     n, other = 16, len(vocab.phrases)
     drawn = [ModelDecoder(released, seed=3).draw(1, i) for i in range(n)]
     n_other = sum(topics[TEXT] == other for _, topics in drawn)
@@ -212,7 +212,7 @@ def test_a_keyword_topics_text_starts_with_its_released_keyword(llm):
     """A long-text (keyword) topic's text keeps what the release says of it: it opens with
     the record's released keyword, as the model decoder wrote it, and the LLM writes on
     past it; an "other" record's text is no released term (but for a fallback)."""
-    released, vocab = _phrase_released("keywords")
+    released, vocab = phrase_released("keywords")
     n, other = 16, len(vocab.phrases)
     drawn = [ModelDecoder(released, seed=3).draw(1, i) for i in range(n)]
     dec = HybridDecoder(released, llm, seed=3)

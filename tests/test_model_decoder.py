@@ -97,7 +97,7 @@ def opendp_release():
     return table, block
 
 
-def _doc(block: dict | None, table) -> dict:
+def model_doc(block: dict | None, table) -> dict:
     """A release.json as decode reads it (signatures aside): class balance, histograms and
     the model parts, projected from the model as the release does."""
     balance = np.asarray(table.project(("y",)))[:3]
@@ -123,14 +123,15 @@ def _doc(block: dict | None, table) -> dict:
             "counts": counts, "selection": None}
 
 
-def _released(doc: dict):
+def released_from(doc: dict):
+    """Decode's view of an unsigned test document (checked as decode checks one)."""
     return released_view(SimpleNamespace(view=ReleaseView.checked(doc)))
 
 
 @pytest.fixture(scope="module")
 def decoder(release):
     table, block = release
-    return ModelDecoder(_released(_doc(block, table)), seed=11)
+    return ModelDecoder(released_from(model_doc(block, table)), seed=11)
 
 
 # ----- the model ---------------------------------------------------------------------------
@@ -212,9 +213,9 @@ def test_the_stream_is_seeded_per_record(decoder, release):
     cut: list = []
     decoder.generate(c, BLOCK - 3, 2 * BLOCK + 5, cut.append)
     assert cut == long[BLOCK - 3:2 * BLOCK + 5] and long[:40] == whole
-    again = ModelDecoder(_released(_doc(block, table)), seed=11)
+    again = ModelDecoder(released_from(model_doc(block, table)), seed=11)
     assert [again.record(c, i) for i in range(40)] == whole
-    other = ModelDecoder(_released(_doc(block, table)), seed=12)
+    other = ModelDecoder(released_from(model_doc(block, table)), seed=12)
     assert [other.record(c, i) for i in range(40)] != whole
 
 
@@ -235,21 +236,21 @@ def test_describe_and_the_fit_scale(decoder):
     assert d["name"] == "model" and "model" in decoder_names()
     assert d["text_source"] == {"note": "topics"} and d["placeholder"] is None
     assert d["counts_model"]["columns"] == list(COLUMNS)
-    h = decoder.released.histograms["colour"]
-    assert h.scale == decoder.released.view.counts.histograms["colour"].stddev
+    assert decoder.released.scale("colour") == \
+        decoder.released.view.counts.histograms["colour"].stddev
 
 
 def test_an_artifact_without_a_model_is_a_one_line_error(release):
     table, _ = release
     with pytest.raises(UserError, match='mode = "fixed"') as e:
-        ModelDecoder(_released(_doc(None, table)), seed=0)
+        ModelDecoder(released_from(model_doc(None, table)), seed=0)
     assert str(e.value) == NO_MODEL and "\n" not in NO_MODEL
 
 
 # ----- the checked view --------------------------------------------------------------------
 
 def _broken(block: dict, table, how: str) -> dict:
-    doc = json.loads(json.dumps(_doc(block, table)))
+    doc = json.loads(json.dumps(model_doc(block, table)))
     model = doc["counts"]["model"]
     if how == "values":
         model["marginals"][0]["values"].append(0)
@@ -278,10 +279,10 @@ def test_a_malformed_model_block_is_refused(release, how):
 
 def test_the_model_parts_are_typed_and_optional(release):
     table, block = release
-    view = ReleaseView.checked(_doc(block, table))
+    view = ReleaseView.checked(model_doc(block, table))
     assert view.counts.mode == "fixed" and view.counts.model.column("size").cells == 4
     assert view.counts.topics["note"].anchors[1].members[0] == "chest pain"
-    old = _doc(None, table)
+    old = model_doc(None, table)
     del old["counts"]["mode"], old["counts"]["class_balance"]["stddev"]
     del old["counts"]["histograms"]["colour"]["stddev"]
     view = ReleaseView.checked(old)

@@ -16,7 +16,7 @@ import pytest
 from conftest import DEMO_SAMPLE, good_row, with_settings
 
 from release.config import (
-    Cohort,
+    CohortSpec,
     CountsConfig,
     RateSpec,
     ReleaseConfig,
@@ -216,10 +216,10 @@ def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
         ({"counts_share": 0.7, "selection_share": 0.2}, "must sum to 1"),
         ({"unit": "household"}, "'row' or 'person'"),
         ({"id_field": "nope"}, "unknown field 'nope'"),
-        ({"cohorts": (Cohort("a", {"age": (0, 30)}), Cohort("b", {"age": (30, 40)}))},
+        ({"cohorts": (CohortSpec("a", {"age": (0, 30)}), CohortSpec("b", {"age": (30, 40)}))},
          "overlap"),
-        ({"cohorts": (Cohort("a", {"weight": (0, 30)}),)}, "unknown field 'weight'"),
-        ({"cohorts": (Cohort("a", {"sex": ("robot",)}),)}, "values from its enum"),
+        ({"cohorts": (CohortSpec("a", {"weight": (0, 30)}),)}, "unknown field 'weight'"),
+        ({"cohorts": (CohortSpec("a", {"sex": ("robot",)}),)}, "values from its enum"),
         ({"rates": (RateSpec("r", "disposition", ("admitted-icu",), ("colour",)),)},
          "unknown field 'colour'"),
         ({"gamma": 0.6, "alpha": 0.5}, r"gamma \+ alpha < 1"),
@@ -245,8 +245,9 @@ def test_bad_configs(tmp_path, keys, demo_schema, change, needle):
 
 def test_disjoint_cohorts_pass(tmp_path, keys, demo_schema):
     cfg = with_settings(demo_config(tmp_path, keys[0]),
-                        cohorts=(Cohort("a", {"age": (0, 29)}), Cohort("b", {"age": (30, 40)}),
-                                 Cohort("c", {"age": (0, 29), "sex": ("male",)})))
+                        cohorts=(CohortSpec("a", {"age": (0, 29)}),
+                                 CohortSpec("b", {"age": (30, 40)}),
+                                 CohortSpec("c", {"age": (0, 29), "sex": ("male",)})))
     with pytest.raises(UserError, match="'a' and 'c' overlap"):
         cfg.check(demo_schema)
     cfg = with_settings(cfg, cohorts=cfg.counts.cohorts[:2])

@@ -22,7 +22,7 @@ from release.pipeline import run_release
 from selpe_audit.artifact.view import ReleaseView
 from selpe_audit.models import Models
 from selpe_audit.review.page import render_review_html
-from selpe_audit.review.terminal import _counts
+from selpe_audit.review.terminal import counts_parts
 from selpe_audit.review.view import NULL_CELL, marginal_title
 
 TEXTS = ["chest pain at rest", "twisted ankle", "sore throat", "itchy rash", "headache",
@@ -50,7 +50,8 @@ class _HashModels(Models):
         return _Embedder()
 
 
-def _release(tmp: Path, mode: str) -> dict:
+def model_release_doc(tmp: Path, mode: str) -> dict:
+    """The release.json of a small table released in counts mode ``mode``."""
     rng = np.random.default_rng(0)  # the data's choice only
     y = rng.integers(0, 2, 200)
     rows = {"y": np.array(["a", "b"])[y], "u": np.array(["p", "q", "r"])[(y + rng.integers(
@@ -74,12 +75,12 @@ def _release(tmp: Path, mode: str) -> dict:
 
 @pytest.fixture(scope="module")
 def fixed_doc(tmp_path_factory) -> dict:
-    return _release(tmp_path_factory.mktemp("fixed"), "fixed")
+    return model_release_doc(tmp_path_factory.mktemp("fixed"), "fixed")
 
 
 def _terminal(doc: dict) -> str:
     con = Console(file=io.StringIO(), width=160, record=True, highlight=False)
-    for part in _counts(ReleaseView.parse(doc)):
+    for part in counts_parts(ReleaseView.parse(doc)):
         con.print(part)
     return con.export_text()
 
@@ -128,7 +129,7 @@ def test_other_unknown_blocks_still_show_raw(fixed_doc):
 
 
 def test_a_marginals_mode_artifact_has_no_counts_model_part(tmp_path):
-    doc = _release(tmp_path, "marginals")
+    doc = model_release_doc(tmp_path, "marginals")
     assert doc["counts"]["mode"] == "marginals" and "model" not in doc["counts"]
     for text in (_terminal(doc), render_review_html(doc)):
         assert "counts model" not in text.lower() and NULL_CELL not in text

@@ -77,12 +77,12 @@ def test_llm_candidates_of_a_keyword_topic_open_with_its_keyword(llm):
     on from it, so the DP-selected exemplars are about the domain's own words."""
     from dataclasses import replace
 
-    from test_hybrid_decoder import TEXT, _phrase_released
+    from test_hybrid_decoder import TEXT, phrase_released
     from test_model_decoder import SCHEMA
 
     from release.selection.candidates import LLMSource
 
-    released, vocab = _phrase_released("keywords")
+    released, vocab = phrase_released("keywords")
     counts = released.view.counts
     topics = replace(counts.topics[TEXT],  # no "other": every candidate has a keyword topic
                      dp_counts_by_class=tuple((30, 30, 0) for _ in SCHEMA.classes))
@@ -101,13 +101,13 @@ def test_llm_candidates_of_the_other_topic_are_no_released_term(llm):
     released keyword, so it is shown none and may not be one (the small model copied them)."""
     from dataclasses import replace
 
-    from test_hybrid_decoder import TEXT, _phrase_released
+    from test_hybrid_decoder import TEXT, phrase_released
     from test_model_decoder import SCHEMA
 
     from release.selection.candidates import LLMSource
     from selpe_audit.llm.text import plain_words
 
-    released, vocab = _phrase_released("keywords")
+    released, vocab = phrase_released("keywords")
     counts = released.view.counts
     topics = replace(counts.topics[TEXT],  # every candidate of the "other" topic
                      dp_counts_by_class=tuple((0, 0, 30) for _ in SCHEMA.classes))

@@ -20,12 +20,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_decode import _copy_art, _release
+from test_decode import copy_artifact, demo_release
 
 from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.cluster import NO_RAY, ShardJob, decode_shard, run_on_ray
 from decode.merge import merge_shards
-from decode.pipeline import DecodeSettings, _binding, make_decoder, part_plan, plan, run_decode
+from decode.pipeline import (
+    DecodeSettings,
+    checkpoint_binding,
+    make_decoder,
+    part_plan,
+    plan,
+    run_decode,
+)
 from decode.released import released_view
 from decode.shards import WHOLE, Part, all_parts, part_rows, shard_folder, shard_path, split
 from selpe_audit.artifact.document import RELEASE_FILE, read_release
@@ -46,8 +53,8 @@ def key(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def art(tmp_path_factory, key) -> Path:
     """A counts-only release of the demo sample, in the default (model) counts mode."""
-    return _release(tmp_path_factory.mktemp("counts"), key[0], counts_share=1.0,
-                    selection_share=0.0)
+    return demo_release(tmp_path_factory.mktemp("counts"), key[0], counts_share=1.0,
+                        selection_share=0.0)
 
 
 def _released(art: Path, pub: Path):
@@ -172,7 +179,7 @@ def test_a_part_checkpoint_belongs_to_its_part(art, key, tmp_path):
     other = Part(1, 2)
     p = part_plan(plan(released, 40, 2.0), other, 2.0)
     out = tmp_path / "p.jsonl"
-    Checkpoint(checkpoint_path(out), _binding(rel, settings, make_decoder(
+    Checkpoint(checkpoint_path(out), checkpoint_binding(rel, settings, make_decoder(
         released, settings, other), p, other, 1), list(released.classes)).close()
     with pytest.raises(UserError, match="belongs to another decode"):
         run_decode(art, [pub], 0, out, settings)
@@ -281,7 +288,7 @@ def test_a_killed_worker_resumes_its_part(ray_session, art, key, tmp_path):
 def test_a_tampered_artifact_is_refused_on_every_worker(ray_session, art, key,
                                                        tmp_path):
     pub = key[1]
-    bad = _copy_art(art, tmp_path / "tampered")
+    bad = copy_artifact(art, tmp_path / "tampered")
     data = (bad / RELEASE_FILE).read_bytes()
     (bad / RELEASE_FILE).write_bytes(data.replace(b'"dp_counts":[', b'"dp_counts":[1', 1))
     out = tmp_path / "o.jsonl"

@@ -74,7 +74,7 @@ class MarginalsDecoder:
         self.validity = 1.0  # every record is built valid; nothing is resampled
         # one pool per field, the same for every class: no label signal in the text
         self._texts = {f.name: [r[f.name] for c in released.classes
-                                for r in released.exemplars(c)]
+                                for r in (*released.winners[c], *released.partners[c])]
                        for f in self.schema.by_kind("text")}
         self._source = {name: "exemplars" for name, texts in self._texts.items() if texts}
         for f in self.schema.by_kind("text"):

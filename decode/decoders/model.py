@@ -115,8 +115,9 @@ class ModelDecoder:
         """As the marginals decoder: "placeholder" when some class has no exemplar text."""
         if any(self._members.get(f.name, [])):
             return "topics"
-        return "placeholder" if not all(self.released.exemplars(c)
-                                        for c in self.released.classes) else "exemplars"
+        rel = self.released
+        return "placeholder" if not all(rel.winners[c] or rel.partners[c]
+                                        for c in rel.classes) else "exemplars"
 
     def record(self, class_value: Any, i: int) -> dict[str, Any]:
         """Record ``i`` of ``class_value``'s stream."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from release.config import Cohort, CountsConfig, RateSpec
+from release.config import CohortSpec, CountsConfig, RateSpec
 from release.dp.counts import COUNT_COLUMN, CountQuery, NoisyCounts
 from release.dp.unit import unit_codes
 from release.private_data import polars_dtypes
@@ -49,7 +49,7 @@ def key_expr(f: Field) -> pl.Expr:
     return bin_expr(f)
 
 
-def cohort_expr(schema: Schema, cohorts: tuple[Cohort, ...]) -> pl.Expr:
+def cohort_expr(schema: Schema, cohorts: tuple[CohortSpec, ...]) -> pl.Expr:
     """Index of the (disjoint) cohort a row falls in; len(cohorts) means '(other)'."""
     expr: Any = pl.lit(len(cohorts), dtype=CODE)
     for i, c in reversed(list(enumerate(cohorts))):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from release.config import SelectionConfig
-from release.selection import accounting
+from release.selection.accounting import compositor, round_budgets, total
 from release.selection.candidates import CandidateSource
 from release.selection.registry import get
 from release.selection.types import Pools, PrivateClasses, RoundOutput, SelectionRun
@@ -39,8 +39,8 @@ def run_selection(schema: Schema, priv: PrivateClasses, kernel: Kernel,
     """Algorithm 1 in ``cfg.mode``. ``delta`` is used by zCDP modes only (the conversion
     to (epsilon, delta)); pure modes spend ``epsilon`` alone."""
     mode = get(cfg.mode)
-    budgets = accounting.round_budgets(mode.descriptor, cfg, epsilon, delta)
-    composed = accounting.compositor(mode.descriptor, budgets)
+    budgets = round_budgets(mode.descriptor, cfg, epsilon, delta)
+    composed = compositor(mode.descriptor, budgets)
     queryable = composed(priv)
     winners: dict[Any, list[dict]] = {c: [] for c in schema.classes}
     partners: dict[Any, list[dict]] = {c: [] for c in schema.classes}
@@ -64,8 +64,8 @@ def run_selection(schema: Schema, priv: PrivateClasses, kernel: Kernel,
                                                             dp_ranked[c][:m_t])
             out.classes.append(SelectedClass(c, tuple(winners[c]), tuple(partners[c])))
         rounds.append(out)
-    return SelectionRun(rounds, accounting.total(mode.descriptor, mode.constructor, composed,
-                                                 budgets, rounds, delta))
+    return SelectionRun(rounds, total(mode.descriptor, mode.constructor, composed,
+                                      budgets, rounds, delta))
 
 
 def _winners_and_partners(kernel: Kernel, pool: tuple[Features, NumericScale],

@@ -6,8 +6,10 @@ the whole document in `selpe_audit.artifact.document`). The release builds them 
 their JSON form (`json_form`); decode, review and the audits read them back (`parse`); and
 pydantic generates the artifact's JSON Schema from the same classes, so the three cannot
 drift. A record ignores keys it does not know (a later format's additions); only the top
-level refuses them. The counts histograms, cohorts and rates and the selection rounds are
-still read by `selpe_audit.artifact.view` alone (written as plain dicts by the release).
+level refuses them. The counts blocks (class balance, histograms, cohorts, rates) and the
+selection rounds are records too: the release writes them with `json_form`, and
+`selpe_audit.artifact.view` reads them back for review, decode and the audits, which have no
+other shape of them.
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ from selpe_audit.review.view import (
     class_grid,
     count_flag,
     count_floor,
-    exemplars,
     fmt_value,
     marginal_title,
     model_summary,
@@ -421,7 +420,7 @@ def _selection(view: ReleaseView) -> str:
                                   for k, v in sorted(config.items()))) if config
         else '<p class="muted">none stated</p>')]
     groups: dict[tuple[str, str], list[str]] = {}
-    for ex in exemplars(view):
+    for ex in sel.exemplars():
         groups.setdefault((fmt_value(ex.round), fmt_value(ex.class_value)), []).append(
             _record_card(view, ex.role, ex.index, ex.record))
     eps = {fmt_value(r.round): _round_budget(r) for r in sel.rounds}

@@ -50,7 +50,6 @@ from selpe_audit.review.view import (
     count_flag,
     count_floor,
     display_text,
-    exemplars,
     fmt_value,
     marginal_title,
     model_summary,
@@ -188,7 +187,8 @@ def _count_table(view: ReleaseView, title: str, rows: list[str], mechanism_id: s
     return t
 
 
-def _counts(view: ReleaseView) -> list[Any]:
+def counts_parts(view: ReleaseView) -> list[Any]:
+    """The counts section as renderables (the tests print it to check what is shown)."""
     counts = view.counts
     label = view.schema_json.get("x-label", "class")
     heads = [f"{label} {c}" for c in counts.class_balance.classes]
@@ -301,7 +301,7 @@ def _exemplars(view: ReleaseView) -> list[Any]:
     out: list[Any] = [Text("selection config ", "bold") + _t(_json(sel.config))]
     eps = {fmt_value(r.round): r.epsilon for r in sel.rounds}
     tables: dict[tuple[str, str], Table] = {}
-    for ex in exemplars(view):
+    for ex in sel.exemplars():
         rec = ex.record
         key = (fmt_value(ex.round), fmt_value(ex.class_value))
         if key not in tables:
@@ -390,7 +390,7 @@ def _review(args: argparse.Namespace) -> int:
     if (plan := _plan_table(view)) is not None:
         con.print(plan)
     con.print(_guarantees(view))
-    for part in [*_counts(view), *_exemplars(view)]:
+    for part in [*counts_parts(view), *_exemplars(view)]:
         con.print(part)
     page = args.html or d / REVIEW_FILE
     con.print(_warnings_table(warnings) if args.all else _warnings_by_kind(warnings, str(page)))

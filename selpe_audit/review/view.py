@@ -27,7 +27,7 @@ from selpe_audit.artifact.guarantees import group_warning, protects
 from selpe_audit.artifact.model_block import DP_VOCABULARY, CountsModel, ModelMarginal
 from selpe_audit.artifact.records import Plan, parse
 from selpe_audit.artifact.signing import SIGNATURES_DIR, key_id, load_public_key
-from selpe_audit.artifact.view import Exemplar, ReleaseView, as_dict
+from selpe_audit.artifact.view import ReleaseView, as_dict
 
 EPSILON_HIGH = 4.0  # above this the guarantees are weak enough that a reviewer must decide
 DEFAULT_FLOOR = 10  # n_min when the artifact does not state one
@@ -304,8 +304,10 @@ def _count_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
 
 
 def _exemplar_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
+    if view.selection is None:
+        return
     id_field = view.schema_json.get("x-id")
-    for ex in exemplars(view):
+    for ex in view.selection.exemplars():
         where = f"round {ex.round}, class {ex.class_value}, {ex.role} {ex.index + 1}"
         if isinstance(id_field, str) and id_field in ex.record:
             yield ReviewWarning("personal data", f"{where}, field {id_field}",
@@ -335,12 +337,6 @@ def _phrase_warnings(view: ReleaseView) -> Iterator[ReviewWarning]:
             if (m := _LONG_NUMBER.search(text)) is not None:
                 yield ReviewWarning("personal data", where,
                                     f"holds a number that could be an id: '{m.group()}'")
-
-
-def exemplars(view: ReleaseView) -> Iterator[Exemplar]:
-    """Every selected record, in document order (none without a selection block)."""
-    if view.selection is not None:
-        yield from view.selection.exemplars()
 
 
 def record_layout(view: ReleaseView, rec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
