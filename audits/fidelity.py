@@ -14,7 +14,9 @@ measured by the utility and MIA audits instead.
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +24,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from release.private_data import PrivateTable
+from audits.io import load_record_schema
+from audits.kinds import AuditKind, common_arguments, finish, make_report, read_rows, register
+from release.private_data import PrivateTable, read_private_rows
 from selpe_audit.schema import Field, Schema
 
 TEXT_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"),
@@ -132,3 +136,26 @@ def render(report: dict[str, Any], console: Console) -> None:
         ft.add_row(name, fmt(x))
     console.print(ft)
     console.print(f"text fields compared by a {r['comparison']['text']}")
+
+
+# ----- the ``selpe-audit audit fidelity`` kind -------------------------------------------
+
+def _arguments(f: argparse.ArgumentParser) -> None:
+    common_arguments(f)
+    f.add_argument("--real", required=True, help="real (private) rows to compare with")
+
+
+def _run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    schema = load_record_schema(args.schema)
+    syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
+    real = read_rows(args.real, schema, args.invalid_rows)
+    result = run_fidelity(schema, syn_table, real)
+    inputs = {"synthetic": args.synthetic, "real": args.real, "schema": args.schema}
+    report = make_report("fidelity", inputs, {}, result, t0)
+    finish("fidelity", args, report, render)
+    return 0
+
+
+AUDIT = register(AuditKind("fidelity", "schema validity and 1-/2-way TVD to real data",
+                           _arguments, _run, __doc__))

@@ -1,11 +1,12 @@
 """The kinds of ``selpe-audit audit``: a registry, and what every kind shares.
 
 A kind is one `AuditKind` (its name, --help words, arguments and run) registered by the
-module that implements it; `audits.cli` builds the subcommands from the registry, built-ins
-first, then the kinds of other packages (entry-point group ``selpe_audit.audits``). What a
-kind shares: `common_arguments`, `read_rows` (private or synthetic rows, by the release's
-own reader), `make_report` (the report's envelope) and `finish` (write it, never into an
-artifact folder, and print its summary).
+module that implements it (`KINDS` names the built-in modules); `audits.cli` builds the
+subcommands from the registry, built-ins first, then the kinds of other packages
+(entry-point group ``selpe_audit.audits``). What a kind shares: `common_arguments`,
+`read_rows` (private or synthetic rows, by the release's own reader), `artifact_view` (a
+release's ledger and guarantees), `make_report` (the report's envelope) and `finish` (write
+it, never into an artifact folder, and print its summary).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rich.console import Console
 from audits.io import REPORT_NOTE, default_report_path, file_info, write_report
 from release.private_data import InvalidPolicy, read_private_rows
 from selpe_audit import __version__
+from selpe_audit.registry import Registry
 from selpe_audit.schema import Schema
 
 #: the entry-point group of audit kinds from other packages
@@ -40,20 +42,21 @@ class AuditKind:
     description: str | None = None
 
 
-_KINDS: dict[str, AuditKind] = {}
+#: the kinds of ``selpe-audit audit``: the built-ins (their modules, in --help's order), then
+#: those of installed plugins
+KINDS: Registry[AuditKind] = Registry(
+    "audit", builtins=("audits.mia", "audits.mechanism_kind", "audits.fidelity",
+                       "audits.utility", "audits.report"), group=PLUGIN_GROUP)
 
 
 def register(kind: AuditKind) -> AuditKind:
-    """Make ``kind`` a subcommand of ``selpe-audit audit``."""
-    if kind.name in _KINDS:
-        raise ValueError(f"audit kind '{kind.name}' is registered twice")
-    _KINDS[kind.name] = kind
-    return kind
+    """Make ``kind`` a subcommand of ``selpe-audit audit`` (a name once, `Registry.add`)."""
+    return KINDS.add(kind.name, kind, stacklevel=2)
 
 
 def audit_kinds() -> dict[str, AuditKind]:
-    """Every registered kind, in registration order."""
-    return dict(_KINDS)
+    """Every registered kind, the built-ins first."""
+    return dict(KINDS.items())
 
 
 def common_arguments(p: argparse.ArgumentParser, synthetic: bool = True) -> None:
@@ -72,6 +75,17 @@ def read_rows(path: str, schema: Schema, invalid: InvalidPolicy) -> list[dict[st
     """Rows of a data file, checked against the schema: private (members, real) or synthetic
     alike - the audits read both in the enclave, by the release's own reader."""
     return read_private_rows(path, schema, invalid=invalid).priv_rows
+
+
+def artifact_view(artifact: str, trust: list[str]) -> Any:
+    """The artifact's `ReleaseView`: verified against ``trust`` when given, else read
+    unverified. Only its ledger, guarantees and codebooks are read (the JSON Schema types
+    them), so the view is read tolerantly."""
+    from selpe_audit.artifact.document import read_release, read_release_unverified
+    from selpe_audit.artifact.view import ReleaseView
+
+    doc = read_release(artifact, trust).doc if trust else read_release_unverified(artifact)
+    return ReleaseView.parse(doc)
 
 
 def make_report(kind: str, inputs: dict[str, str], config: dict[str, Any],

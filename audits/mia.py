@@ -18,8 +18,11 @@ artifact's epsilon allows (`selpe_audit.artifact.guarantees`).
 
 from __future__ import annotations
 
+import argparse
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,10 +30,27 @@ from rich.console import Console
 from rich.table import Table
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from audits import stats
+from audits import anonymeter_risks, stats
+from audits.io import load_embedder, load_record_schema, subsample
+from audits.kinds import (
+    AuditKind,
+    artifact_view,
+    common_arguments,
+    finish,
+    make_report,
+    read_rows,
+    register,
+)
 from audits.scoring import TOKEN_PATTERN
 from selpe_audit.artifact.guarantees import advantage_bound, tpr_bound
-from selpe_audit.kernel.distance import Kernel, KernelConfig, TextEncoder
+from selpe_audit.errors import UserError
+from selpe_audit.kernel.distance import (
+    CHANNEL_SETS,
+    Kernel,
+    KernelConfig,
+    TextEncoder,
+    channel_kind,
+)
 from selpe_audit.schema import Schema, format_value
 
 VARIANTS = ("kernel", "tfidf")
@@ -244,3 +264,94 @@ def render(report: dict[str, Any], console: Console) -> None:
         console.print(at)
     elif anon:
         console.print(f"anonymeter: {anon.get('status')} - {anon.get('detail', '')}")
+
+
+# ----- the ``selpe-audit audit mia`` kind ------------------------------------------------
+
+def _arguments(m: argparse.ArgumentParser) -> None:
+    common_arguments(m)
+    m.add_argument("--members", required=True, help="private rows the release used")
+    m.add_argument("--non-members", required=True, help="held-out private rows it did not use")
+    m.add_argument("--artifact", help="release artifact folder: compare with its epsilon")
+    m.add_argument("--trust", action="append", default=[],
+                   help="public key to verify the artifact with (repeatable; without it the "
+                        "epsilon is read unverified)")
+    m.add_argument("--epsilon", type=float, help="compare with this epsilon (no artifact)")
+    m.add_argument("--variants", default=",".join(VARIANTS),
+                   help="comma-separated attacks: kernel, tfidf (default both)")
+    m.add_argument("--kernel-channels", choices=sorted(CHANNEL_SETS),
+                   help="kernel channel set (default full; 'numeric' needs no embedder)")
+    m.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
+    m.add_argument("--max-targets", type=int, default=2000,
+                   help="at most this many members and non-members each (seeded sample)")
+    m.add_argument("--seed", type=int, default=0, help="seed of sampling and bootstrap")
+    m.add_argument("--no-anonymeter", action="store_true", help="skip anonymeter's attacks")
+    m.add_argument("--anonymeter-attacks", type=int, default=500)
+
+
+def kernel_embeds(schema: Schema, channels: str | None) -> bool:
+    """Whether the MIA's kernel with these channels (None: the full set) needs the embedder."""
+    return any(channel_kind(c) != "num" for c in KernelConfig(channels=channels).resolve(schema))
+
+
+def artifact_epsilon(args: argparse.Namespace) -> tuple[float | None, float, dict[str, Any]]:
+    if args.artifact and args.epsilon is not None:
+        raise UserError("give --artifact or --epsilon, not both")
+    if args.trust and not args.artifact:
+        raise UserError("--trust verifies an artifact: pass --artifact too")
+    if args.epsilon is not None:
+        if args.epsilon < 0:
+            raise UserError("--epsilon must be >= 0")
+        return args.epsilon, 0.0, {"source": "--epsilon"}
+    if not args.artifact:
+        return None, 0.0, {"source": None}
+    ledger = artifact_view(args.artifact, args.trust).ledger
+    return (float(ledger.total_epsilon), float(ledger.total_delta),
+            {"source": str(Path(args.artifact)), "signature_verified": bool(args.trust)})
+
+
+def _run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    try:
+        cfg = MiaConfig(variants=variants, kernel_channels=args.kernel_channels,
+                            seed=args.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.max_targets is not None and args.max_targets < 1:
+        raise UserError("--max-targets must be at least 1")
+    epsilon, delta, eps_source = artifact_epsilon(args)
+    schema = load_record_schema(args.schema)
+    syn = read_rows(args.synthetic, schema, "fail")
+    members = read_rows(args.members, schema, args.invalid_rows)
+    non_members = read_rows(args.non_members, schema, args.invalid_rows)
+    n_mem, n_non = len(members), len(non_members)
+    members = subsample(members, args.max_targets, args.seed)
+    non_members = subsample(non_members, args.max_targets, args.seed + 1)
+    embedder = None
+    if "kernel" in variants and kernel_embeds(schema, args.kernel_channels):
+        embedder = load_embedder(args.embedder)
+    console = Console(stderr=True, highlight=False)
+    with console.status("membership inference: distances to the synthetic records"):
+        result = run_mia(schema, syn, members, non_members, cfg, embedder, epsilon, delta)
+    result["epsilon_source"] = eps_source
+    result["sizes"].update({"members_in_file": n_mem, "non_members_in_file": n_non})
+    if args.no_anonymeter:
+        anon: dict[str, Any] = {"status": "skipped", "detail": "--no-anonymeter"}
+    else:
+        with console.status("anonymeter attacks"):
+            anon = anonymeter_risks.run_anonymeter(schema, syn, members, non_members,
+                                                   args.anonymeter_attacks, args.seed)
+    config = {"variants": list(variants), "kernel_channels": args.kernel_channels or "full",
+              "fprs": list(cfg.fprs), "seed": args.seed, "bootstrap": cfg.bootstrap,
+              "max_targets": args.max_targets}
+    inputs = {"synthetic": args.synthetic, "members": args.members,
+              "non_members": args.non_members, "schema": args.schema}
+    report = make_report("mia", inputs, config, result, t0)
+    report["anonymeter"] = anon
+    finish("mia", args, report, render)
+    return 1 if result.get("bound_violations") else 0
+
+
+AUDIT = register(AuditKind("mia", "membership inference (DCR attack) vs. the DP bound",
+                           _arguments, _run, __doc__))

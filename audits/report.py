@@ -14,21 +14,35 @@ the enclave, like every audit report.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 
 from audits import fidelity, mia, utility
-from audits.io import subsample
+from audits.io import (
+    jsonable,
+    load_embedder,
+    load_record_schema,
+    refuse_artifact_folder,
+    subsample,
+    write_report,
+)
+from audits.kinds import AuditKind, artifact_view, make_report, read_rows, register
 from release.phrases import PhraseVocabulary
-from release.private_data import PrivateTable
+from release.private_data import PrivateTable, read_private_rows
 from release.topics import Codebook, assign_topics
+from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.artifact.view import ReleaseView
+from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import TextEncoder
 from selpe_audit.schema import Field, Schema
 
@@ -276,3 +290,91 @@ def report_summary(doc: dict[str, Any]) -> Any:
     t.add_row("SDMetrics quality score", f"{100 * sd['score']:.1f} %" if sd.get("status") == "ok"
               else str(sd.get("status")))
     return t
+
+
+# ----- the ``selpe-audit audit report`` kind ---------------------------------------------
+
+def _arguments(r: argparse.ArgumentParser) -> None:
+    r.add_argument("--synthetic", required=True,
+                   help="synthetic records (.csv, .parquet or .jsonl)")
+    r.add_argument("--schema", required=True, help="dataset schema (JSON)")
+    r.add_argument("--real-train", required=True,
+                   help="the private rows the release read (the MIA's members, the "
+                        "distributions' and TSTR baseline's real side)")
+    r.add_argument("--real-test", required=True,
+                   help="held-out private rows the release did not read (TSTR's test set, "
+                        "the MIA's non-members)")
+    r.add_argument("--artifact", help="release artifact folder: its guarantee, its DP bound "
+                                      "on the ROC curves, its codebook for free text")
+    r.add_argument("--trust", action="append", default=[],
+                   help="public key to verify the artifact with (repeatable; without it the "
+                        "artifact is read unverified, and the page says so)")
+    r.add_argument("--out", required=True, help="the HTML page to write; a JSON file with "
+                                                "every number goes beside it (.json)")
+    r.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
+    r.add_argument("--max-targets", type=int, default=2000,
+                   help="MIA: at most this many members and non-members each (seeded)")
+    r.add_argument("--no-sdmetrics", action="store_true",
+                   help="leave out SDMetrics' quality report")
+    r.add_argument("--invalid-rows", choices=["fail", "drop"], default="fail",
+                   help="private rows that break the schema: stop (default) or leave out")
+    r.add_argument("--seed", type=int, default=0)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from audits.report_page import render_report_html
+
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--out {out}: give an .html file for the page")
+    if args.trust and not args.artifact:
+        raise UserError("--trust verifies an artifact: pass --artifact too")
+    if args.max_targets < 1:
+        raise UserError("--max-targets must be at least 1")
+    refuse_artifact_folder(out)
+    schema = load_record_schema(args.schema)
+    view = artifact_view(args.artifact, args.trust) if args.artifact else None
+    syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
+    train = read_rows(args.real_train, schema, args.invalid_rows)
+    test = read_rows(args.real_test, schema, args.invalid_rows)
+    # utility embeds free text; the MIA's full kernel embeds text and the whole record
+    needs_embedder = schema.by_kind("text") or mia.kernel_embeds(schema, None)
+    embedder = load_embedder(args.embedder) if needs_embedder else None
+    console = Console(stderr=True, highlight=False)
+    with console.status("audit report") as status:
+        try:
+            result = build_report(
+                schema, syn_table, train, test, embedder, view, seed=args.seed,
+                max_targets=args.max_targets, use_sdmetrics=not args.no_sdmetrics,
+                progress=lambda step: status.update(f"audit report: {step}"))
+        except ValueError as e:
+            raise UserError(f"{args.synthetic}: {e}") from None
+    inputs = {"synthetic": args.synthetic, "real_train": args.real_train,
+              "real_test": args.real_test, "schema": args.schema}
+    config = {"seed": args.seed, "max_targets": args.max_targets,
+              "embedder": args.embedder or "bundled default",
+              "sdmetrics": not args.no_sdmetrics}
+    doc = make_report("report", inputs, config, result, t0)
+    doc["dataset"] = view.dataset if view is not None else schema.name
+    if view is not None:
+        g = view.guarantees
+        doc["artifact"] = {"path": str(Path(args.artifact)), "verified": bool(args.trust),
+                           "epsilon": view.ledger.total_epsilon,
+                           "delta": view.ledger.total_delta,
+                           "statements": list(g.statements)}
+    json_path = write_report(out.with_suffix(".json"), doc)
+    html = render_report_html(jsonable(doc))
+    try:
+        atomic_write_bytes(out, html.encode("utf-8"))
+    except OSError as e:
+        raise UserError(f"{out}: cannot write the report ({e.strerror})") from None
+    con = Console(highlight=False)
+    con.print(report_summary(doc))
+    con.print(f"report: {out} (numbers: {json_path}); statistics of private rows, not DP: "
+              "keep it in the enclave")
+    return 1 if result["mia"].get("bound_violations") else 0
+
+
+AUDIT = register(AuditKind("report", "one HTML page: fidelity, TSTR, text, MIA vs. the DP "
+                           "bound, SDMetrics", _arguments, _run, __doc__))

@@ -26,6 +26,8 @@ Everything is seeded (sampling, models); no DP noise is involved, so a rerun wit
 
 from __future__ import annotations
 
+import argparse
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +41,8 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from audits import text_quality
+from audits.io import load_embedder, load_record_schema
+from audits.kinds import AuditKind, common_arguments, finish, make_report, read_rows, register
 from audits.scoring import TOKEN_PATTERN, fit_predict, macro_ovr_auc
 from selpe_audit.kernel.distance import TextEncoder
 from selpe_audit.schema import Schema
@@ -267,3 +271,34 @@ def render(report: dict[str, Any], console: Console) -> None:
     console.print(t)
     if r.get("text"):
         text_quality.render(r["text"], console)
+
+
+# ----- the ``selpe-audit audit utility`` kind --------------------------------------------
+
+def _arguments(u: argparse.ArgumentParser) -> None:
+    common_arguments(u)
+    u.add_argument("--real-train", required=True, help="real rows for the same-size baseline")
+    u.add_argument("--real-test", required=True, help="real rows to test on")
+    u.add_argument("--embedder", help="sentence-transformers model folder (default bundled)")
+    u.add_argument("--seed", type=int, default=0)
+
+
+def _run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    schema = load_record_schema(args.schema)
+    syn = read_rows(args.synthetic, schema, "fail")
+    train = read_rows(args.real_train, schema, args.invalid_rows)
+    test = read_rows(args.real_test, schema, args.invalid_rows)
+    embedder = load_embedder(args.embedder) if schema.by_kind("text") else None
+    with Console(stderr=True, highlight=False).status("training and scoring"):
+        result = run_utility(schema, syn, train, test, embedder, args.seed)
+    inputs = {"synthetic": args.synthetic, "real_train": args.real_train,
+              "real_test": args.real_test, "schema": args.schema}
+    config = {"seed": args.seed, "embedder": args.embedder or "bundled default"}
+    report = make_report("utility", inputs, config, result, t0)
+    finish("utility", args, report, render)
+    return 0
+
+
+AUDIT = register(AuditKind("utility", "train on synthetic, test on real (macro OvR ROC AUC)",
+                           _arguments, _run, __doc__))

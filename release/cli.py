@@ -7,8 +7,9 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from release import counts, selection
 from release.config import cli_settings, load_config, setting_keys
-from release.pipeline import run_release  # registers every counts and selection mode first
+from release.pipeline import run_release
 from selpe_audit.cli.command import Command
 
 #: the argument groups of the config's sections (the top level and budget stay ungrouped)
@@ -18,6 +19,8 @@ GROUPS = {"counts": "counts", "selection": "selection (SelPE)"}
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     """One argument per setting declared with help in `release.config` (its flag, type,
     choices, help and default come from that declaration), plus --config."""
+    selection.load_builtins()  # the modes' choices and help include the plugins' modes
+    counts.load_builtins()
     p.add_argument("--config", help="release TOML file (see examples/release.toml)")
     groups = {section: p.add_argument_group(title) for section, title in GROUPS.items()}
     for s in cli_settings():

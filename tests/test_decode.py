@@ -522,7 +522,9 @@ def test_a_registered_decoder_is_a_choice_and_decodes(counts_art, keys, tmp_path
 
     spec = registry.DecoderSpec(name="toy", help="a test's decoder (marginals renamed)",
                                 build=lambda released, settings, seed, llm: Toy(released, seed))
-    monkeypatch.setitem(registry._DECODERS, "toy", spec)
+    registry.DECODERS.load_builtins()
+    monkeypatch.setattr(registry.DECODERS, "_entries", dict(registry.DECODERS._entries))
+    registry.register(spec)
     with pytest.raises(SystemExit):
         main(["decode", "--help"])
     assert "toy: a test's decoder" in " ".join(capsys.readouterr().out.split())

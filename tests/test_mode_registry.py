@@ -77,8 +77,9 @@ class ToyFirst:
 @pytest.fixture
 def toy(monkeypatch):
     """Register the toy mode; both registries are restored afterwards."""
-    monkeypatch.setattr(modes, "_REGISTRY", dict(modes._REGISTRY))
-    monkeypatch.setattr(registry, "_MODES", dict(registry._MODES))
+    for reg in (modes.MODES, registry.MODES):
+        reg.load_builtins()
+        monkeypatch.setattr(reg, "_entries", dict(reg._entries))
     return registry.register(ToyFirst())
 
 

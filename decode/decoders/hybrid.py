@@ -35,9 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from decode.decoders.llm import CHUNK, POSITIVES, LLMDecoder, chunk_seed
 from decode.decoders.model import ModelDecoder
-from decode.decoders.registry import DecoderSpec, register
+from decode.decoders.stream import CHUNK, POSITIVES, chunk_seed
 from decode.released import Released
 from selpe_audit.artifact.model_block import DP_VOCABULARY, Topics
 from selpe_audit.artifact.sampling import topic_text
@@ -178,19 +177,3 @@ class HybridDecoder:
                 self.seed, "examples", f.name, self.released.class_index(class_value), index))
             return example_hints(f, rng)
         return self.model.topic_hints(f.name, topics[f.name], values[f.name])[:TOPIC_TEXTS]
-
-
-def _build(released: Released, settings: Any, seed: int, llm: LLM | None) -> Any:
-    """On an artifact with a counts model (unless --whole-records): fields from the model, the
-    LLM writes the text; else the LLM's two-stage whole records (`decode.decoders.llm`)."""
-    assert llm is not None
-    if settings.hybrid and released.model is not None:
-        return HybridDecoder(released, llm, seed=seed,
-                             paraphrase_phrases=settings.paraphrase_phrases)
-    return LLMDecoder(released, llm, seed=seed, two_stage=settings.two_stage)
-
-
-SPEC = register(DecoderSpec(
-    name="llm", help="the local LLM writes the free text (fields from the released counts "
-                     "model when the artifact has one, else whole records)",
-    build=_build, needs_llm=True))

@@ -2,8 +2,9 @@
 
 A decoder is one module in this package that ends by registering its `DecoderSpec`: its
 name, its ``--decoder`` help, what it needs (the LLM, a counts model in the artifact), and
-how to build it. The CLI's choices and help, the settings check, the pipeline's model
-loading and the provenance all read the registry, so a new decoder changes nothing else.
+how to build it; `DECODERS` names the modules and imports them at its first lookup. The
+CLI's choices and help, the settings check, the pipeline's model loading and the
+provenance all read the registry, so a new decoder changes nothing else.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from selpe_audit.registry import Registry
 
 if TYPE_CHECKING:
     from decode.released import Released
@@ -49,30 +52,27 @@ class DecoderSpec:
     needs_counts_model: bool = False
 
 
-_DECODERS: dict[str, DecoderSpec] = {}
+#: the decoders, one module each
+DECODERS: Registry[DecoderSpec] = Registry(
+    "decoder", builtins=("decode.decoders.marginals", "decode.decoders.model",
+                         "decode.decoders.llm"))
 
 
 def register(spec: DecoderSpec) -> DecoderSpec:
-    """Make ``spec`` a ``--decoder`` choice (idempotent for the same spec)."""
-    known = _DECODERS.get(spec.name)
-    if known is not None and known != spec:
-        raise ValueError(f"decoder {spec.name} is already registered")
-    _DECODERS[spec.name] = spec
-    return spec
+    """Make ``spec`` a ``--decoder`` choice (a name once, `Registry.add`)."""
+    return DECODERS.add(spec.name, spec, stacklevel=2)
 
 
 def decoder_names() -> tuple[str, ...]:
-    return tuple(sorted(_DECODERS))
+    return tuple(sorted(DECODERS.names()))
 
 
 def get(name: str) -> DecoderSpec:
     """The decoder called ``name``; ValueError naming the known ones otherwise."""
-    if name not in _DECODERS:
-        raise ValueError(f"--decoder must be one of {', '.join(decoder_names())}")
-    return _DECODERS[name]
+    return DECODERS.get(name)
 
 
 def help_text(default: str) -> str:
     """The ``--decoder`` help, from every registered decoder's own words."""
-    return "; ".join(f"{n}{' (default)' if n == default else ''}: {_DECODERS[n].help}"
+    return "; ".join(f"{n}{' (default)' if n == default else ''}: {DECODERS.get(n).help}"
                      for n in decoder_names())

@@ -7,11 +7,10 @@
 - `marginals`: Laplace histograms per class, pure epsilon-DP;
 - `model`: OpenDP's contingency tables in zCDP (``fixed``, ``aim``, ``mst``).
 
-Importing the package registers the built-in modes, then the modes of installed plugins
-(entry-point group ``selpe_audit.counts_modes``, `registry.load_plugins`).
+The registry loads the built-in modes, then the modes of installed plugins (entry-point
+group ``selpe_audit.counts_modes``), at its first lookup or `load_builtins`.
 """
 
-from release.counts import marginals, model
 from release.counts.registry import (
     CountsBudget,
     CountsMode,
@@ -19,12 +18,10 @@ from release.counts.registry import (
     MeasuredCounts,
     counts_modes,
     get,
-    load_plugins,
+    load_builtins,
     measure,
     register,
 )
 
-load_plugins()
-
 __all__ = ["CountsBudget", "CountsMode", "CountsRows", "MeasuredCounts", "counts_modes",
-           "get", "load_plugins", "marginals", "measure", "model", "register"]
+           "get", "load_builtins", "measure", "register"]

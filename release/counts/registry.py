@@ -21,14 +21,14 @@ from release.config import CountsConfig
 from release.counts.workload import Workload
 from release.dp.unit import PrivacyUnit
 from selpe_audit.artifact.counts_modes import (
+    COUNTS_MODES,
     CountsModeDescriptor,
     counts_modes,
-    describe_counts,
     register_counts_mode,
 )
 from selpe_audit.artifact.model_block import Topics
 from selpe_audit.artifact.records import LedgerEntry
-from selpe_audit.plugins import load_plugins as _load
+from selpe_audit.registry import Registry
 from selpe_audit.schema import Schema
 
 #: Entry-point group of counts modes in other packages: each names a module that calls
@@ -87,22 +87,24 @@ class CountsMode(Protocol):
         ...
 
 
-_MODES: dict[str, CountsMode] = {}
+#: the counts modes this release runs: the built-ins, then those of installed plugins
+MODES: Registry[CountsMode] = Registry(
+    "counts mode", builtins=("release.counts.marginals", "release.counts.model"),
+    group=PLUGIN_GROUP)
 
 
 def register(mode: CountsMode) -> CountsMode:
-    """Make ``mode`` a choice: its descriptor in the shared core, its measurement here."""
-    register_counts_mode(mode.descriptor)
-    _MODES[mode.descriptor.name] = mode
+    """Make ``mode`` a choice: its descriptor in the shared core (where a built-in's is
+    declared already), its measurement here."""
+    if COUNTS_MODES.find(mode.descriptor.name) is not mode.descriptor:
+        register_counts_mode(mode.descriptor, stacklevel=2)
+    MODES.add(mode.descriptor.name, mode, stacklevel=2)
     return mode
 
 
 def get(name: str) -> CountsMode:
     """The mode called ``name``; ValueError (naming the known modes) otherwise."""
-    describe_counts(name)
-    if name not in _MODES:
-        raise ValueError(f"counts mode '{name}' has no measurement in this release")
-    return _MODES[name]
+    return MODES.get(name)
 
 
 def measure(rows: CountsRows, schema: Schema, counts: CountsConfig,
@@ -116,10 +118,10 @@ def measure(rows: CountsRows, schema: Schema, counts: CountsConfig,
     return MeasuredCounts(out.entries, block, out.epsilon, out.delta)
 
 
-def load_plugins() -> None:
-    """Import the counts modes of installed plugins (each registers itself)."""
-    _load(PLUGIN_GROUP, "counts mode")
+def load_builtins() -> None:
+    """Register the built-in modes, then those of installed plugins (`Registry`)."""
+    MODES.load_builtins()
 
 
 __all__ = ["CountsBudget", "CountsMode", "CountsRows", "MeasuredCounts", "counts_modes",
-           "get", "load_plugins", "measure", "register"]
+           "get", "load_builtins", "measure", "register"]

@@ -8,20 +8,19 @@
 - `candidates`: where candidates come from (public pool or local LLM);
 - `types`: the shared data types.
 
-Importing the package registers the built-in modes, then the modes of installed plugins
-(entry-point group ``selpe_audit.selection_modes``, `registry.load_plugins`). Modules here
+The registry loads the built-in modes, then the modes of installed plugins (entry-point
+group ``selpe_audit.selection_modes``), at its first lookup or `load_builtins`. Modules here
 import `release.config`, `release.ledger`, `release.dp` (every OpenDP call)
 and the shared core, and never the package itself, so there are no cycles (import-linter
 checks it).
 """
 
-from release.selection import pe_histogram, representatives, selpe
 from release.selection.candidates import CandidateSource, LLMSource, PoolSource
 from release.selection.loop import run_selection
 from release.selection.registry import (
     SelectionMode,
     get,
-    load_plugins,
+    load_builtins,
     register,
     selection_modes,
 )
@@ -33,9 +32,6 @@ from release.selection.types import (
     unit_ids,
 )
 
-load_plugins()  # modes of other packages, after the built-ins (selpe stays the default)
-
 __all__ = ["CandidateSource", "LLMSource", "OneClassPerUnit", "PoolSource",
-           "PrivateClasses",
-           "RoundOutput", "SelectionMode", "SelectionRun", "get", "pe_histogram", "register",
-           "representatives", "run_selection", "selection_modes", "selpe", "unit_ids"]
+           "PrivateClasses", "RoundOutput", "SelectionMode", "SelectionRun", "get",
+           "load_builtins", "register", "run_selection", "selection_modes", "unit_ids"]

@@ -15,10 +15,10 @@ import polars as pl
 
 from release.config import SelectionConfig
 from release.selection.types import Pools, RoundOutput, SelectionRun
-from selpe_audit.artifact.modes import ModeDescriptor, describe, mode_names, register_mode
+from selpe_audit.artifact.modes import ModeDescriptor, find_mode, mode_names, register_mode
 from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.distance import Kernel
-from selpe_audit.plugins import load_plugins as _load
+from selpe_audit.registry import Registry
 from selpe_audit.schema import Schema
 
 #: Entry-point group of selection modes in other packages: each names a module that calls
@@ -59,29 +59,32 @@ class SelectionMode(Protocol):
         ...
 
 
-_MODES: dict[str, SelectionMode] = {}
+#: the modes this release runs: the built-ins (their modules, in the default's order), then
+#: the modes of installed plugins
+MODES: Registry[SelectionMode] = Registry(
+    "selection mode", builtins=("release.selection.selpe", "release.selection.pe_histogram",
+                                "release.selection.representatives"), group=PLUGIN_GROUP)
 
 
 def register(mode: SelectionMode) -> SelectionMode:
-    """Make ``mode`` selectable: its descriptor in the shared core, its measurement here."""
-    register_mode(mode.descriptor)
-    _MODES[mode.descriptor.name] = mode
+    """Make ``mode`` selectable: its descriptor in the shared core (where a built-in's is
+    declared already), its measurement here."""
+    if find_mode(mode.descriptor.name) is not mode.descriptor:
+        register_mode(mode.descriptor, stacklevel=2)
+    MODES.add(mode.descriptor.name, mode, stacklevel=2)
     return mode
 
 
 def get(name: str) -> SelectionMode:
     """The mode called ``name``; ValueError (naming the known modes) otherwise."""
-    describe(name)  # the message names every mode
-    if name not in _MODES:
-        raise ValueError(f"selection mode '{name}' has no measurement in this release")
-    return _MODES[name]
+    return MODES.get(name)
 
 
 def selection_modes() -> tuple[SelectionMode, ...]:
     """The modes this release can run, in the shared core's order (selpe first)."""
-    return tuple(_MODES[name] for name in mode_names() if name in _MODES)
+    return tuple(MODES.get(name) for name in mode_names() if name in MODES)
 
 
-def load_plugins() -> None:
-    """Import the selection modes of installed plugins (each registers itself)."""
-    _load(PLUGIN_GROUP, "selection mode")
+def load_builtins() -> None:
+    """Register the built-in modes, then those of installed plugins (`Registry`)."""
+    MODES.load_builtins()

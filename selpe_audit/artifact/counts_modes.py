@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selpe_audit.artifact.modes import Accounting, add_descriptor
+from selpe_audit.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -45,26 +46,25 @@ class CountsModeDescriptor:
         return {"accounting": self.accounting, "review": self.review, "model": self.model}
 
 
-_REGISTRY: dict[str, CountsModeDescriptor] = {}
+#: the counts modes' public faces: the built-ins, declared below, then those that
+#: ``release.counts.registry.register`` adds
+COUNTS_MODES: Registry[CountsModeDescriptor] = Registry("counts mode")
 
 
-def register_counts_mode(descriptor: CountsModeDescriptor) -> CountsModeDescriptor:
+def register_counts_mode(descriptor: CountsModeDescriptor,
+                         stacklevel: int = 1) -> CountsModeDescriptor:
     """Add a counts mode (`selpe_audit.artifact.modes.add_descriptor`)."""
-    return add_descriptor(_REGISTRY, descriptor, "counts mode")
+    return add_descriptor(COUNTS_MODES, descriptor, stacklevel + 1)
 
 
 def counts_modes() -> tuple[CountsModeDescriptor, ...]:
     """Every registered counts mode, in registration order (the built-ins first)."""
-    return tuple(_REGISTRY.values())
+    return COUNTS_MODES.values()
 
 
 def describe_counts(name: str) -> CountsModeDescriptor:
     """The descriptor of ``name``; ValueError naming the known modes otherwise."""
-    d = _REGISTRY.get(name) if isinstance(name, str) else None
-    if d is None:
-        raise ValueError(f"unknown counts mode '{name}'; choose one of "
-                         f"{', '.join(_REGISTRY)}")
-    return d
+    return COUNTS_MODES.get(name)
 
 
 _MODEL = ("Gaussian noisy marginals in zCDP (OpenDP's contingency tables), and the "

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar
 from pydantic import Field
 
 from selpe_audit.artifact.records import OPEN, NonNegative, Positive
+from selpe_audit.registry import Registry
 
 Accounting = Literal["pure", "zCDP"]
 
@@ -110,9 +111,6 @@ class ModeDescriptor:
         return self.accounting == "zCDP"
 
 
-_REGISTRY: dict[str, ModeDescriptor] = {}
-
-
 class _Described(Protocol):
     name: str
     accounting: Accounting
@@ -121,43 +119,40 @@ class _Described(Protocol):
 D = TypeVar("D", bound=_Described)
 
 
-def add_descriptor(registry: dict[str, D], descriptor: D, what: str) -> D:
-    """Add ``descriptor`` to ``registry`` (idempotent for the same descriptor; a different
-    one may not take a name). ``what``: "selection mode", "counts mode"."""
+def add_descriptor(registry: Registry[D], descriptor: D, stacklevel: int = 1) -> D:
+    """Add ``descriptor`` to ``registry`` (`Registry.add`: a name once) if its accounting
+    is one the ledger knows. ``stacklevel``: as `Registry.add`'s, from the caller's side."""
     if descriptor.accounting not in ("pure", "zCDP"):
-        raise ValueError(f"{what} {descriptor.name}: accounting must be pure or zCDP")
-    known = registry.get(descriptor.name)
-    if known is not None and known != descriptor:
-        raise ValueError(f"{what} {descriptor.name} is already registered")
-    registry[descriptor.name] = descriptor
-    return descriptor
+        raise ValueError(f"{registry.what} {descriptor.name}: accounting must be pure or zCDP")
+    return registry.add(descriptor.name, descriptor, stacklevel=stacklevel + 1)
 
 
-def register_mode(descriptor: ModeDescriptor) -> ModeDescriptor:
+#: the selection modes' public faces: the built-ins, declared below, then those that
+#: ``release.selection.registry.register`` adds
+MODES: Registry[ModeDescriptor] = Registry("selection mode")
+
+
+def register_mode(descriptor: ModeDescriptor, stacklevel: int = 1) -> ModeDescriptor:
     """Add a selection mode (`add_descriptor`)."""
-    return add_descriptor(_REGISTRY, descriptor, "selection mode")
+    return add_descriptor(MODES, descriptor, stacklevel + 1)
 
 
 def modes() -> tuple[ModeDescriptor, ...]:
     """Every registered mode, in registration order (the built-ins first, selpe the default)."""
-    return tuple(_REGISTRY.values())
+    return MODES.values()
 
 
 def mode_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+    return MODES.names()
 
 
 def find_mode(name: Any) -> ModeDescriptor | None:
-    return _REGISTRY.get(name) if isinstance(name, str) else None
+    return MODES.find(name)
 
 
 def describe(name: str) -> ModeDescriptor:
     """The descriptor of ``name``; ValueError naming the known modes otherwise."""
-    d = find_mode(name)
-    if d is None:
-        raise ValueError(f"unknown selection mode '{name}'; choose one of "
-                         f"{', '.join(mode_names())}")
-    return d
+    return MODES.get(name)
 
 
 def or_list(names: list[str] | tuple[str, ...]) -> str:
