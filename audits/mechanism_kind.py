@@ -13,7 +13,7 @@ from rich.console import Console
 from audits import mechanism, release_audit
 from audits.kinds import AuditKind, common_arguments, finish, make_report, register
 from selpe_audit.errors import UserError
-from selpe_audit.schema import demo_schema_path, load_schema
+from selpe_audit.schema import Schema, demo_schema_path, load_schema
 
 
 def _arguments(k: argparse.ArgumentParser) -> None:
@@ -57,8 +57,8 @@ def _arguments(k: argparse.ArgumentParser) -> None:
                    help=f"histogram audited by the counts audit (default {mechanism.COUNTS_FIELD})")
 
 
-def _run(args: argparse.Namespace) -> int:
-    t0 = time.perf_counter()
+def _check(args: argparse.Namespace) -> None:
+    """One line for each setting the audit cannot run with."""
     if not args.epsilon > 0:
         raise UserError("--epsilon must be > 0")
     if args.calibrate_to is not None and not args.calibrate_to > 0:
@@ -69,55 +69,74 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("--candidates must be at least 2")
     if args.confidence is not None and not 0.5 < args.confidence < 1:
         raise UserError("--confidence must be in (0.5, 1)")
-    c = args.confidence  # every interval of the verdicts, if given
-    strict = {} if c is None else {"confidence": c, "mu_confidence": c}
-    release_strict = {} if c is None else {"confidence": c, "noise_confidence": c}
     if not 0 < args.delta < 1:
         raise UserError("--delta must be in (0, 1)")
+
+
+def _release_audits(args: argparse.Namespace, console: Console) -> list[dict]:
+    """The whole composed release, per privacy unit."""
+    c = args.confidence  # every interval of the verdicts, if given
+    strict = {} if c is None else {"confidence": c, "noise_confidence": c}
+    out = []
+    for unit in ("row", "person") if args.unit == "both" else (args.unit,):
+        runs = args.runs or release_audit.DEFAULT_RUNS
+        a = release_audit.ReleaseAudit(epsilon=args.epsilon, unit=unit,
+                                       calibrate_to=args.calibrate_to)
+        with console.status(f"release ({unit} unit): {runs} full releases per dataset"):
+            out.append(release_audit.audit_release(a, runs, args.calibration_runs, **strict))
+    return out
+
+
+def _neighbours(args: argparse.Namespace, kind: str, schema: Schema) -> list:
+    """The neighbouring datasets of one mechanism kind (the model's per privacy unit)."""
+    if kind == "model":
+        return [mechanism.model_neighbours(schema, args.epsilon, args.delta, unit,
+                                           args.calibrate_to, mode=args.counts_mode)
+                for unit in (mechanism.MODEL_UNITS if args.unit == "both" else (args.unit,))]
+    if kind == "selection":
+        return [mechanism.selection_neighbours(args.epsilon, args.calibrate_to,
+                                               args.candidates)]
+    if kind in mechanism.GAUSSIAN_KINDS:
+        return [mechanism.gaussian_neighbours(schema, kind, args.epsilon, args.delta,
+                                              args.calibrate_to)]
+    if kind in ("phrases", "keywords"):
+        return [mechanism.phrase_neighbours(args.epsilon, args.delta, args.calibrate_to,
+                                            kind=kind)]
+    if args.field not in schema.field_names:
+        raise UserError(f"--field: the demo schema has no field '{args.field}'")
+    try:
+        return [mechanism.counts_neighbours(schema, args.epsilon, args.field,
+                                            calibrate_to=args.calibrate_to)]
+    except ValueError as e:
+        raise UserError(f"--field: {e}") from None
+
+
+def _mechanism_audits(args: argparse.Namespace, kind: str, schema: Schema,
+                      console: Console) -> list[dict]:
+    """One mechanism kind's audits, ``--runs`` fresh runs per dataset (or its default)."""
+    c = args.confidence
+    strict = {} if c is None else {"confidence": c, "mu_confidence": c}
+    runs = args.runs or mechanism.DEFAULT_RUNS[kind]
+    if kind == "model" and args.counts_mode in mechanism.ADAPTIVE_MODES:
+        runs = args.runs or mechanism.ADAPTIVE_RUNS
+    out = []
+    for nb in _neighbours(args, kind, schema):
+        label = nb.name if kind == "model" else kind
+        with console.status(f"{label}: {runs} runs per dataset"):
+            out.append(mechanism.audit(nb, runs, args.calibration_runs, **strict))
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    _check(args)
     schema = load_schema(demo_schema_path())  # public, fictional: mechanisms are data-blind
     kinds = (*mechanism.KINDS, "release") if args.kind == "all" else (args.kind,)
     console = Console(stderr=True, highlight=False)
     audits = []
     for kind in kinds:
-        if kind == "release":
-            for unit in ("row", "person") if args.unit == "both" else (args.unit,):
-                runs = args.runs or release_audit.DEFAULT_RUNS
-                a = release_audit.ReleaseAudit(epsilon=args.epsilon, unit=unit,
-                                               calibrate_to=args.calibrate_to)
-                with console.status(f"release ({unit} unit): {runs} full releases per "
-                                    "dataset"):
-                    audits.append(release_audit.audit_release(a, runs, args.calibration_runs,
-                                                              **release_strict))
-            continue
-        runs = args.runs or mechanism.DEFAULT_RUNS[kind]
-        if kind == "model":
-            if args.counts_mode in mechanism.ADAPTIVE_MODES:
-                runs = args.runs or mechanism.ADAPTIVE_RUNS
-            for unit in mechanism.MODEL_UNITS if args.unit == "both" else (args.unit,):
-                nb = mechanism.model_neighbours(schema, args.epsilon, args.delta, unit,
-                                                args.calibrate_to, mode=args.counts_mode)
-                with console.status(f"{nb.name}: {runs} runs per dataset"):
-                    audits.append(mechanism.audit(nb, runs, args.calibration_runs, **strict))
-            continue
-        if kind == "selection":
-            nb = mechanism.selection_neighbours(args.epsilon, args.calibrate_to,
-                                                args.candidates)
-        elif kind in mechanism.GAUSSIAN_KINDS:
-            nb = mechanism.gaussian_neighbours(schema, kind, args.epsilon, args.delta,
-                                               args.calibrate_to)
-        elif kind in ("phrases", "keywords"):
-            nb = mechanism.phrase_neighbours(args.epsilon, args.delta, args.calibrate_to,
-                                             kind=kind)
-        else:
-            if args.field not in schema.field_names:
-                raise UserError(f"--field: the demo schema has no field '{args.field}'")
-            try:
-                nb = mechanism.counts_neighbours(schema, args.epsilon, args.field,
-                                                 calibrate_to=args.calibrate_to)
-            except ValueError as e:
-                raise UserError(f"--field: {e}") from None
-        with console.status(f"{kind}: {runs} runs per dataset"):
-            audits.append(mechanism.audit(nb, runs, args.calibration_runs, **strict))
+        audits += (_release_audits(args, console) if kind == "release"
+                   else _mechanism_audits(args, kind, schema, console))
     config = {"kinds": list(kinds), "epsilon": args.epsilon, "delta": args.delta,
               "unit": args.unit,
               "calibrate_to": args.calibrate_to,

@@ -209,9 +209,9 @@ def test_user_errors_are_one_line(demo_files, demo_schema_path_, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "data file not found" in err and err.count("\n") == 1
     with pytest.raises(UserError, match="choose an audit"):
-        from audits.cli import _run
+        from audits.cli import COMMAND
 
-        _run(type("Args", (), {"audit_kind": None})())
+        COMMAND.run(type("Args", (), {"audit_kind": None})())
 
 
 # ----- mechanism ---------------------------------------------------------------------------

@@ -20,21 +20,6 @@ from conftest import ROOT
 PACKAGES = ("release", "decode", "audits", "benchmarks", "selpe_audit")
 TESTS = ROOT / "tests"
 
-#: offenders in files other workers are rewriting for issue 61 (`release/pipeline.py`,
-#: `audits/mechanism.py`, `release/dp`, `release/phrases.py`, `audits/cli.py`,
-#: `audits/kinds.py`, the registries, the decoders' registration): "importer: module._name".
-#: Emptied once those changes are merged; never add to it.
-ALLOWED = frozenset({
-    "audits.mechanism: release.pipeline._private_classes",
-    "test_embeddings: release.pipeline._private_classes",
-    "test_release_counts: release.pipeline._person_field",
-    "test_audits: audits.cli._run",
-    "test_audits: release.dp.mechanisms._user_defined",
-    "test_phrases: release.phrases._UNIT_COL",
-    "test_decode: decode.decoders.registry._DECODERS",
-    "test_mode_registry: release.selection.registry._MODES",
-    "test_mode_registry: selpe_audit.artifact.modes._REGISTRY",
-})
 
 
 def _module_files() -> dict[str, Path]:
@@ -115,8 +100,7 @@ def offenders(module: str, path: Path) -> Iterator[str]:
 
 def test_no_private_name_is_imported_across_modules():
     found = {o for module, path in MODULES.items() for o in offenders(module, path)}
-    assert sorted(found - ALLOWED) == [], "private names imported across modules"
-    assert sorted(ALLOWED - found) == [], "allow-list entries that no longer occur: drop them"
+    assert sorted(found) == [], "private names imported across modules"
 
 
 def test_the_check_sees_both_forms(tmp_path):
