@@ -57,7 +57,7 @@ from scipy.stats import chi2
 
 from audits.mechanism import CONVERSION_TOLERANCE, choose_test, eps_lb_of, error_counts
 from audits.stats import CONFIDENCE, zcdp_epsilon, zcdp_rho
-from release.config import load_config
+from release.config_file import load_config
 from release.installation import Installation
 from release.pipeline import run_release
 from release.plan import size_epsilon, vocabulary_budget

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from release.config import cli_settings, load_config, setting_keys
+from release.config_file import cli_settings, load_config, setting_keys
 from release.pipeline import run_release  # registers every counts and selection mode first
 from selpe_audit.cli.command import Command
 
@@ -16,8 +16,9 @@ GROUPS = {"counts": "counts", "selection": "selection (SelPE)"}
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    """One argument per setting declared with help in `release.config` (its flag, type,
-    choices, help and default come from that declaration), plus --config."""
+    """One argument per setting declared with help in `release.config` and
+    `release.config_sections` (its flag, type, choices, help and default come from that
+    declaration), plus --config."""
     p.add_argument("--config", help="release TOML file (see examples/release.toml)")
     groups = {section: p.add_argument_group(title) for section, title in GROUPS.items()}
     for s in cli_settings():

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from audits.mechanism.core import DEFAULT_DELTA, Neighbours, Sampler, conversion_check
-from release.config import CountsConfig
+from release.config_sections import CountsConfig
 from release.counts import counts_modes
 from release.counts import get as counts_mode
 from release.counts.keys import UNIT_COL, derive_frame

@@ -29,7 +29,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
-from release.config import CountsConfig
+from release.config_sections import CountsConfig
 from release.counts.keys import (
     CLASS_COL,
     cohort_and_rate_blocks,
