@@ -19,16 +19,11 @@ from release.config_sections import CountsConfig
 from release.counts import counts_modes
 from release.counts import get as counts_mode
 from release.counts.keys import UNIT_COL, derive_frame
-from release.counts.model import (
-    CalibratedFixed,
-    ModelMode,
-    model_columns,
-    table_query,
-    working_slot,
-)
+from release.counts.model import ModelMode, model_columns
 from release.dp import OpenDPException
 from release.dp.compat import mbi_helpers
 from release.dp.counts import make_context
+from release.dp.tables import CalibratedFixed, calibrate_table_slot, make_table_query
 from release.dp.unit import PrivacyUnit
 from release.dp.zcdp import calibrate_zcdp_budget
 from selpe_audit.demo.generator import generate_rows
@@ -171,7 +166,7 @@ def _fixed(release_algorithm: CalibratedFixed, cols: list[Any], frames: list[pl.
     keeper = _KeptFixed(queries=release_algorithm.queries, estimator=_no_fit)
     # the release's table query with the kept algorithm
     ctx = make_context(frames[0], priv_unit, [slot], measure="rho")
-    query = table_query(ctx, priv_unit, cols, keeper)
+    query = make_table_query(ctx, priv_unit, cols, keeper)
     table = query(frames[0])  # one release on D: CalibratedFixed builds the marginals
     (kept,) = keeper.kept
     marginals, d_in = kept["measurement"], kept["d_in"]
@@ -200,7 +195,7 @@ def _fixed(release_algorithm: CalibratedFixed, cols: list[Any], frames: list[pl.
         "mode": "fixed", **common,
         "marginals": [{"clique": [names[a] for a in c], "sensitivity": sensitivity[c],
                        "stddev": stddev[c], "cells": int(shift[c].size)} for c in cliques],
-        "constructor": "release.counts.model.CalibratedFixed.make_marginals (OpenDP "
+        "constructor": "release.dp.tables.CalibratedFixed.make_marginals (OpenDP "
         "make_stable_marginals >> then_noise_marginals, zCDP), inside the release's "
         "contingency_table query",
         "slot_rho": slot, "rho": rho_opendp, "mu": mu_mechanism,
@@ -273,7 +268,7 @@ def _adaptive(model_mode: ModelMode, counts: CountsConfig, cols: list[Any],
               frames: list[pl.LazyFrame], priv_unit: PrivacyUnit, slot: float, epsilon: float,
               common: dict[str, Any]) -> Neighbours:
     """AIM or MST as the release runs it (its algorithm, the slot a hair under the budget
-    that `release.counts.model.working_slot` finds), the whole adaptive release per run.
+    that `release.dp.tables.calibrate_table_slot` finds), the whole adaptive release per run.
     The output is every released noisy marginal, centred on D's true counts, projected on
     the canary's cells and weighted by the inverse variance of its own (released) stddev:
     whichever marginals a run selects, the output has mean 0 on D and is shifted on D' by
@@ -281,9 +276,9 @@ def _adaptive(model_mode: ModelMode, counts: CountsConfig, cols: list[Any],
     claim (sqrt(2 rho) of the whole budget, selections included) bounds."""
     mode = counts.mode
     alg = dataclasses.replace(model_mode.algorithm(cols, counts, None), estimator=_quick_fit)
-    slot = working_slot(frames[0], priv_unit, cols, alg, slot)
+    slot = calibrate_table_slot(frames[0], priv_unit, cols, alg, slot)
     ctx = make_context(frames[0], priv_unit, [slot], measure="rho")
-    query = table_query(ctx, priv_unit, cols, alg)
+    query = make_table_query(ctx, priv_unit, cols, alg)
     rho_opendp = float(query.map(ctx.d_in))
     if rho_opendp > slot * (1 + 1e-9):
         raise RuntimeError("OpenDP's map of the table exceeds its slot")
