@@ -206,28 +206,7 @@ def run_mia(schema: Schema, syn: Sequence[Row], members: Sequence[Row],
 def render(report: dict[str, Any], console: Console) -> None:
     r = report["result"]
     bound = r.get("dp_bound")
-    t = Table(title="membership inference (score = -DCR)")
-    t.add_column("attack")
-    t.add_column("ROC AUC [95 % CI]")
-    for f in report["config"]["fprs"]:
-        t.add_column(f"TPR @ FPR {100 * f:g} %")
-    t.add_column("advantage")
-    notes: list[str] = []
-    for name, a in r["attacks"].items():
-        lo, hi = a["roc_auc_ci95"]
-        cells = []
-        for x in a["tpr_at_fpr"]:
-            if x["tpr"] is None:
-                cells.append("n/a (note)")
-                notes.append(x["note"])
-            else:
-                cells.append(f"{x['tpr']:.3f} [{x['tpr_ci95'][0]:.3f}, {x['tpr_ci95'][1]:.3f}]")
-        t.add_row(name, f"{a['roc_auc']:.3f} [{lo:.3f}, {hi:.3f}]", *cells,
-                  f"{a['advantage']:.3f}")
-    if bound:
-        t.add_row(f"DP bound, eps {bound['epsilon']:g}", "",
-                  *(f"<= {b['tpr_max']:.4f}" for b in bound["tpr_max"]),
-                  f"<= {bound['advantage_max']:.3f}")
+    t, notes = _attacks_table(r, report["config"]["fprs"], bound)
     console.print(t)
     d = Table(title="distance to the closest synthetic record (min / p5 / median)")
     for col in ("attack", "members", "non-members"):
@@ -265,6 +244,34 @@ def render(report: dict[str, Any], console: Console) -> None:
     elif anon:
         console.print(f"anonymeter: {anon.get('status')} - {anon.get('detail', '')}")
 
+
+def _attacks_table(r: dict[str, Any], fprs: list[float],
+                   bound: dict[str, Any] | None) -> tuple[Table, list[str]]:
+    """Each attack's AUC, TPR at each FPR and advantage, then the DP bound's row (if any),
+    and the notes of the TPRs that could not be measured (printed below the tables)."""
+    t = Table(title="membership inference (score = -DCR)")
+    t.add_column("attack")
+    t.add_column("ROC AUC [95 % CI]")
+    for f in fprs:
+        t.add_column(f"TPR @ FPR {100 * f:g} %")
+    t.add_column("advantage")
+    notes: list[str] = []
+    for name, a in r["attacks"].items():
+        lo, hi = a["roc_auc_ci95"]
+        cells = []
+        for x in a["tpr_at_fpr"]:
+            if x["tpr"] is None:
+                cells.append("n/a (note)")
+                notes.append(x["note"])
+            else:
+                cells.append(f"{x['tpr']:.3f} [{x['tpr_ci95'][0]:.3f}, {x['tpr_ci95'][1]:.3f}]")
+        t.add_row(name, f"{a['roc_auc']:.3f} [{lo:.3f}, {hi:.3f}]", *cells,
+                  f"{a['advantage']:.3f}")
+    if bound:
+        t.add_row(f"DP bound, eps {bound['epsilon']:g}", "",
+                  *(f"<= {b['tpr_max']:.4f}" for b in bound["tpr_max"]),
+                  f"<= {bound['advantage_max']:.3f}")
+    return t, notes
 
 # ----- the ``selpe-audit audit mia`` kind ------------------------------------------------
 

@@ -57,7 +57,7 @@ from scipy.stats import chi2
 
 from audits.mechanism import CONVERSION_TOLERANCE, choose_test, eps_lb_of, error_counts
 from audits.stats import CONFIDENCE, zcdp_epsilon, zcdp_rho
-from release.config import load_config
+from release.config_file import load_config
 from release.installation import Installation
 from release.pipeline import run_release
 from release.plan import size_epsilon, vocabulary_budget
@@ -338,24 +338,32 @@ def audit_release(a: ReleaseAudit, runs: int = DEFAULT_RUNS,
         "noise_check": noise,
         "passed": res["eps_lb"] <= claimed and noise["passed"],
         "seconds": time.perf_counter() - t0,
-        "details": {
-            "unit": a.unit, "release_epsilon": a.epsilon, "release_delta": delta,
-            "calibrated_to_epsilon": a.calibrate_to or a.epsilon,
-            "artifact_total_epsilon": doc["ledger"]["total_epsilon"],
-            "artifact_total_delta": doc["ledger"]["total_delta"],
-            "max_contributions": a.max_contributions if a.unit == "person" else None,
-            "canary": f"one person, {a.canary_rows} rows in {min(a.canary_rows, 3)} classes",
-            "rows_in_D": a.rows, "counts_mode": doc["counts"]["mode"],
-            "counts_epsilon": counts_eps, "counts_delta": counts_delta,
-            "marginals": list(released_counts(doc)),
-            "topics": {n: t["k"] for n, t in doc["counts"].get("topics", {}).items()},
-            "topic_sources": {n: t.get("source") for n, t in
-                              doc["counts"].get("topics", {}).items()},
-            "ledger_entries": [e["id"] for e in doc["ledger"]["entries"]],
-            "selection": {k_: doc["selection"][k_] for k_ in ("mode", "T", "K", "b", "utility")},
-            "kernel_channels": doc["selection"]["kernel"]["channels"],
-            "embedder": doc["selection"]["kernel"].get("embedder", {}).get("name"),
-            "claim": "(epsilon, delta) per person" if a.unit == "person"
-                     else f"({k} epsilon, {k} e^({k - 1} epsilon) delta): group privacy",
-        },
+        "details": _details(a, doc, delta, counts_eps, counts_delta),
+    }
+
+
+def _details(a: ReleaseAudit, doc: dict[str, Any], delta: float, counts_eps: float,
+             counts_delta: float) -> dict[str, Any]:
+    """What was audited, for the report: the release's settings and budget, the canary, and
+    what one fresh run on D released (``doc``: its marginals, topics, ledger, selection)."""
+    k = a.group
+    return {
+        "unit": a.unit, "release_epsilon": a.epsilon, "release_delta": delta,
+        "calibrated_to_epsilon": a.calibrate_to or a.epsilon,
+        "artifact_total_epsilon": doc["ledger"]["total_epsilon"],
+        "artifact_total_delta": doc["ledger"]["total_delta"],
+        "max_contributions": a.max_contributions if a.unit == "person" else None,
+        "canary": f"one person, {a.canary_rows} rows in {min(a.canary_rows, 3)} classes",
+        "rows_in_D": a.rows, "counts_mode": doc["counts"]["mode"],
+        "counts_epsilon": counts_eps, "counts_delta": counts_delta,
+        "marginals": list(released_counts(doc)),
+        "topics": {n: t["k"] for n, t in doc["counts"].get("topics", {}).items()},
+        "topic_sources": {n: t.get("source") for n, t in
+                          doc["counts"].get("topics", {}).items()},
+        "ledger_entries": [e["id"] for e in doc["ledger"]["entries"]],
+        "selection": {k_: doc["selection"][k_] for k_ in ("mode", "T", "K", "b", "utility")},
+        "kernel_channels": doc["selection"]["kernel"]["channels"],
+        "embedder": doc["selection"]["kernel"].get("embedder", {}).get("name"),
+        "claim": "(epsilon, delta) per person" if a.unit == "person"
+                 else f"({k} epsilon, {k} e^({k - 1} epsilon) delta): group privacy",
     }

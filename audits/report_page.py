@@ -16,7 +16,7 @@ import numpy as np
 from audits.report_charts import Curve, heatmap, paired_bars, roc_chart
 from selpe_audit.artifact.guarantees import tpr_bound
 from selpe_audit.review.charts import escape_text as _e
-from selpe_audit.review.page import html_page
+from selpe_audit.review.markup import html_page
 from selpe_audit.review.style import STYLE
 
 _EXTRA_STYLE = """

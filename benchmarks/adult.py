@@ -111,8 +111,8 @@ def split_paths(quick: bool) -> tuple[Path, Path, Path]:
 
 def release_settings(train_path: Path, schema_path: Path, epsilon: float, folder: Path,
                      release_key: Path, mode: str | None = None) -> dict[str, Any]:
-    """The flat release settings (``release.config.load_config`` overrides) of a counts-only
-    release of the training rows (row unit) at ``epsilon`` into ``folder/rel-<epsilon>``
+    """The flat release settings (``release.config_file.load_config`` overrides) of a
+    counts-only release of the training rows (row unit) at ``epsilon`` into ``folder/rel-<epsilon>``
     (``rel-<mode>-<epsilon>`` with a counts ``mode``; None: the release's default mode). The
     lifetime cap is set far above any run here, since every release is a separate experiment
     on the same rows; each has its own ledger folder (one ledger refuses the same rows under a
@@ -130,7 +130,7 @@ def counts_release(train_path: Path, schema_path: Path, epsilon: float, folder: 
                    release_key: Path, mode: str | None = None) -> Path:
     """A counts-only release of the training rows (see `release_settings`) in counts ``mode``
     (None: the release's default); returns the artifact folder."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
-from release.config import load_config
+from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.document import (
     RELEASE_FILE,

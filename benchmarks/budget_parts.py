@@ -88,7 +88,7 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
     out = {"epsilon": EPSILON, **{k: v for k, v in settings.items() if k != COHORTS_AND_RATES}}
     if settings.get(COHORTS_AND_RATES):
         import selpe_audit
-        from release.config import load_config
+        from release.config_file import load_config
 
         demo = load_config(Path(selpe_audit.__file__).parent / "data" / "demo_release.toml",
                            {"data": "x.csv", "schema": "x.json", "release_key": "k.pem"})
@@ -99,7 +99,7 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
 def _same_as_default(n: int) -> str:
     """The vocabulary configuration that is the default's own at ``n`` rows, as the release's
     plan decides it for a table of that size."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.dp.counts import NoisyCount
     from release.plan import plan_release
     from selpe_audit.schema import demo_schema_path, load_schema

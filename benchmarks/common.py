@@ -30,7 +30,7 @@ def release(folder: Path, data: Path, schema: Path, key: Path, settings: dict[st
     """One release of ``data`` into ``folder / "release"`` with ``settings`` (flat keys, as
     the CLI's) over ``config`` (a TOML, or none: the default path), on a ledger of its own
     without a lifetime cap (the benchmark installation)."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
 

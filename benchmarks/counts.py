@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from release.config import DEFAULT_EPSILON, CountsConfig
+from release.config_sections import DEFAULT_EPSILON, CountsConfig
 from release.counts.keys import derive_frame
 from release.counts.marginals import plan_queries
 from release.dp import enable as enable_opendp

@@ -122,7 +122,7 @@ def stage_times(log_text: str) -> dict[str, float | None]:
 
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """In the child: one release; its wall time, this process's peak RSS, stage times."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
 
@@ -321,7 +321,7 @@ def demo(sizes: Sizes, folder: Path, key: Path, trust: Path) -> dict[str, Any]:
     """Per mode, ``demo_releases`` releases at epsilon 2: TSTR of both LRs, dropped classes."""
     from audits.io import load_embedder, read_records
     from audits.utility import run_utility
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
     from selpe_audit.schema import demo_schema_path, load_schema

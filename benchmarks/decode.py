@@ -59,7 +59,7 @@ VARIANTS = {"none": (False, False), "select_top": (True, False), "fit": (False, 
 
 def build_artifact(folder: Path, quick: bool) -> tuple[Path, Path]:
     """A pool-mode demo release (the benchmark may import release; decode may not)."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.pipeline import run_release
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.schema import demo_schema_path

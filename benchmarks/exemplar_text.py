@@ -47,7 +47,7 @@ EPSILON = 2.0
 def _release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
              person: bool) -> tuple[dict[str, Any], float]:
     """One default-path release (counts 0.5, selection 0.5 over LLM candidates)."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
 

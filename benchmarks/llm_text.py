@@ -138,7 +138,7 @@ def _release(b: Bench, name: str, config: Path | None, **overrides: Any) -> tupl
                                                                                    dict]:
     """One demo release in this process (its models shared); its view, its
     document and its wall time."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
 

@@ -60,7 +60,7 @@ def false_matches(base: Path, seeds: tuple[int, ...]) -> dict[str, Any]:
     their people the ledger matched is counted."""
     import polars as pl
 
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.ledger import LifetimeLedger
     from release.ledger_people import People, histories, person_keys
@@ -181,7 +181,7 @@ def speed(base: Path, rows: int, charged: int) -> dict[str, Any]:
 
 def postgres(base: Path, repeats: int) -> dict[str, Any]:
     """The demo release against the folder ledger and the PostgreSQL one, interleaved."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import INSTALLATION_ENV, load_installation
     from release.ledger import FIXED_ENV, LEDGER_ENV
     from release.pipeline import run_release

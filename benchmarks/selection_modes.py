@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from audits.fidelity import tvds
 from audits.utility import evaluate
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp import enable as enable_opendp
 from release.dp.zcdp import calibrate_zcdp_budget
 from release.selection import PoolSource, PrivateClasses, get, run_selection

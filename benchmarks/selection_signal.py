@@ -40,13 +40,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.adult import INF
 from benchmarks.report import SUMMARIES
-from release.config import UTILITIES, SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp import enable as enable_opendp
 from release.dp.noisy_max import calibrate_noisy_max_scale
 from release.private_data import read_private_rows
 from release.selection import PrivateClasses, accounting
 from release.selection.selpe import batch_votes, most_chosen
-from selpe_audit.artifact.modes import SELPE
+from selpe_audit.artifact.modes import SELPE, UTILITIES
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Features, Kernel, KernelConfig
 from selpe_audit.schema import Schema, demo_schema_path, load_schema

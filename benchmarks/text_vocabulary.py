@@ -83,7 +83,7 @@ def bare_demo_schema(folder: Path) -> Path:
 def counts_release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
                    person: bool, extra: dict[str, Any] | None = None) -> tuple[dict, float, Path]:
     """One counts-only release; ``extra``: more settings (flat keys, as the CLI's)."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
 

@@ -146,7 +146,7 @@ def release(b: Bench, name: str, epsilon: float, **overrides: Any) -> tuple[Rele
     """One pool-mode release of the demo data (the benchmark may import release). Each
     configuration is a separate experiment on the same rows, with a ledger of its own: one
     ledger refuses the same rows under a second dataset name."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
 

@@ -292,13 +292,7 @@ def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettin
         con.print(f"{part.label}: already decoded into {out}")
         return done
     store = ChunkStore(out, _digest(binding), len(chunks)) if len(chunks) > 1 else None
-    total = ChunkStats.empty()
-    if store is not None:
-        for j in store.done:
-            total.add(store.stats(j))
-        if store.done:
-            con.print(f"resuming from {store.folder}: {len(store.done)} of {len(chunks)} "
-                      "chunks already written")
+    total = _resumed(store, len(chunks), con)
     t0 = time.perf_counter()
     with GenerationProgress(con, sum(sum(ch.candidates.values()) for ch in chunks),
                             sum(total.candidates.values())) as bar:
@@ -338,6 +332,19 @@ def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettin
     if store is not None:
         store.remove()
     return DecodeResult(out, prov, rows, doc)
+
+
+def _resumed(store: ChunkStore | None, n_chunks: int, con: Console) -> ChunkStats:
+    """The stats of the chunks an earlier run already wrote (none without a store), so the
+    progress bar and the provenance count every chunk of the part."""
+    total = ChunkStats.empty()
+    if store is not None:
+        for j in store.done:
+            total.add(store.stats(j))
+        if store.done:
+            con.print(f"resuming from {store.folder}: {len(store.done)} of {n_chunks} "
+                      "chunks already written")
+    return total
 
 
 def _decode_chunk(released: Released, settings: DecodeSettings, part: Part,

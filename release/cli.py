@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from release import counts, selection
-from release.config import cli_settings, load_config, setting_keys
+from release.config_file import cli_settings, load_config, setting_keys
 from release.pipeline import run_release
 from selpe_audit.cli.command import Command
 
@@ -17,8 +17,9 @@ GROUPS = {"counts": "counts", "selection": "selection (SelPE)"}
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    """One argument per setting declared with help in `release.config` (its flag, type,
-    choices, help and default come from that declaration), plus --config."""
+    """One argument per setting declared with help in `release.config` and
+    `release.config_sections` (its flag, type, choices, help and default come from that
+    declaration), plus --config."""
     selection.load_builtins()  # the modes' choices and help include the plugins' modes
     counts.load_builtins()
     p.add_argument("--config", help="release TOML file (see examples/release.toml)")

@@ -139,7 +139,7 @@ def with_settings(cfg, **flat):
     ``selection_mode``, ``cohorts``...); the new config is checked on construction."""
     from dataclasses import replace
 
-    from release.config import OVERRIDES, mode_setting_owner
+    from release.config_file import OVERRIDES, mode_setting_owner
 
     own = {k: v for k, v in flat.items() if k not in OVERRIDES and mode_setting_owner(k)}
     top = {k: v for k, v in flat.items() if k not in OVERRIDES and k not in own}

@@ -45,7 +45,7 @@ def test_release_help_states_the_config_defaults():
     from dataclasses import fields
 
     from release import cli
-    from release.config import BudgetConfig, SelectionConfig
+    from release.config_sections import BudgetConfig, SelectionConfig
 
     parser = argparse.ArgumentParser(prog="selpe-audit release")
     cli.COMMAND.add_arguments(parser)
@@ -65,7 +65,7 @@ def test_every_release_argument_reaches_the_config_field_that_declares_it(tmp_pa
     import argparse
 
     from release import cli
-    from release.config import OVERRIDES, cli_settings, load_config, mode_setting_owner
+    from release.config_file import OVERRIDES, cli_settings, load_config, mode_setting_owner
 
     parser = argparse.ArgumentParser(prog="selpe-audit release")
     cli.COMMAND.add_arguments(parser)

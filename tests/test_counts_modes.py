@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from conftest import DEMO_SAMPLE, with_settings
 
-from release.config import load_config
+from release.config_file import load_config
 from release.dp.zcdp import approx_dp_of
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release

@@ -42,7 +42,7 @@ from decode.fit import (
 from decode.pipeline import DecodeSettings, plan, run_decode
 from decode.released import released_view
 from decode.writers import valid_share
-from release.config import load_config
+from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import RELEASE_FILE, read_release

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from conftest import DEMO_SAMPLE
 
-from release.config import load_config
+from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import demo_schema_path

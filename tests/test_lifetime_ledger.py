@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from release.config import load_config
+from release.config_file import load_config
 from release.counts.keys import UNIT_COL, derive_frame
 from release.installation import INSTALLATION_ENV, Installation, load_installation
 from release.ledger import (

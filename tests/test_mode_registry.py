@@ -15,7 +15,8 @@ import polars as pl
 import pytest
 
 from release import cli as release_cli
-from release.config import SelectionConfig, load_config
+from release.config_file import load_config
+from release.config_sections import SelectionConfig
 from release.dp.noisy_max import NOISY_MAX_CONSTRUCTOR, make_selection_round
 from release.pipeline import run_release
 from release.selection import registry, selection_modes

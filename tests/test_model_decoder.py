@@ -297,7 +297,7 @@ def test_the_model_parts_are_typed_and_optional(release):
 def test_release_in_fixed_mode_then_decode_with_the_model(tmp_path):
     """A real release of the demo data in model mode (topics from a public pool), decoded in
     a process that must not import the release stage."""
-    from release.config import load_config
+    from release.config_file import load_config
     from release.pipeline import run_release
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.demo.generator import generate_rows

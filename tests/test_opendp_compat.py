@@ -8,8 +8,8 @@ import inspect
 import opendp.prelude as dp
 import polars as pl
 
-from release.counts.model import CalibratedFixed
 from release.dp.compat import FIXED_MAKE_MARGINALS, mbi_helpers, polars_plan
+from release.dp.tables import CalibratedFixed
 
 
 def _params(f) -> list[str]:

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from release.config import load_config
+from release.config_file import load_config
 from release.installation import INSTALLATION_ENV, Installation, load_installation
 from release.ledger import LEDGER_ENV, LifetimeLedger, ledger_folder
 from release.ledger_people import histories, person_keys, spends, with_release

@@ -13,7 +13,7 @@ from conftest import ROOT, with_settings
 from decode.decoders.model import ModelDecoder
 from decode.pipeline import DecodeSettings, run_decode
 from decode.released import released_view
-from release.config import load_config
+from release.config_file import load_config
 from release.dp.unit import PrivacyUnit
 from release.phrases import PhraseVocabulary, normalise, release_phrases
 from release.pipeline import run_release

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from conftest import DEMO_SAMPLE
 
-from release.config import load_config
+from release.config_file import load_config
 from release.counts.workload import size_workload
 from release.dp.counts import NoisyCount
 from release.pipeline import run_release

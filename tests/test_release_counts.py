@@ -15,14 +15,9 @@ import polars as pl
 import pytest
 from conftest import DEMO_SAMPLE, good_row, with_settings
 
-from release.config import (
-    CohortSpec,
-    CountsConfig,
-    RateSpec,
-    ReleaseConfig,
-    load_config,
-    mode_setting_owner,
-)
+from release.config import ReleaseConfig
+from release.config_file import load_config, mode_setting_owner
+from release.config_sections import CohortSpec, CountsConfig, RateSpec
 from release.counts.keys import derive_frame
 from release.counts.marginals import plan_queries
 from release.dp.counts import make_context, make_count

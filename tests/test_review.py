@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from release.config import load_config
+from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import (

@@ -17,7 +17,7 @@ from rich.console import Console
 from test_counts_modes import TINY_SCHEMA
 from test_topics import HashEncoder
 
-from release.config import load_config
+from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.view import ReleaseView
 from selpe_audit.models import Models

@@ -13,7 +13,8 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from release.config import SelectionConfig, load_config
+from release.config_file import load_config
+from release.config_sections import SelectionConfig
 from release.dp.noisy_max import calibrate_noisy_max_scale, make_calibrated_noisy_max
 from release.ledger import LifetimeLedger
 from release.pipeline import run_release

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp.noisy_max import calibrate_noisy_max_scale
 from release.selection import PoolSource, PrivateClasses, run_selection
 from release.selection.selpe import batch_votes, one_class_per_unit

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from release.config import load_config
+from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair

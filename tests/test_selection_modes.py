@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from audits import mechanism
-from release.config import DEFAULT_DELTA, SelectionConfig, load_config
+from release.config_file import load_config
+from release.config_sections import DEFAULT_DELTA, SelectionConfig
 from release.dp.gaussian import calibrate_gaussian_scale, make_gaussian
 from release.dp.zcdp import approx_dp_of, calibrate_zcdp_budget
 from release.selection import PoolSource, PrivateClasses, get, run_selection

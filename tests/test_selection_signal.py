@@ -11,7 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from release.config import SelectionConfig, load_config
+from release.config_file import load_config
+from release.config_sections import SelectionConfig
 from release.dp.noisy_max import calibrate_noisy_max_scale
 from release.selection import OneClassPerUnit, PrivateClasses, RoundOutput, SelectionRun
 from release.selection.selpe import MODE, batch_utilities, minmax, round_measurement

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from audits.mechanism.core import Neighbours
-from release.config import CountsConfig
+from release.config_sections import CountsConfig
 from release.counts.keys import CLASS_COL, derive_frame, key_col, public_values
 from release.counts.marginals import plan_queries
 from release.dp.counts import COUNT_COLUMN, make_context, make_count

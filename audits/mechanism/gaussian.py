@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from audits.mechanism.core import DEFAULT_DELTA, Neighbours, Sampler, conversion_check
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp.gaussian import calibrate_gaussian_scale, make_gaussian_round
 from release.dp.zcdp import calibrate_zcdp_budget
 from release.selection import PrivateClasses, get, selection_modes

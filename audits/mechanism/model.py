@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,20 +15,15 @@ import numpy as np
 import polars as pl
 
 from audits.mechanism.core import DEFAULT_DELTA, Neighbours, Sampler, conversion_check
-from release.config import CountsConfig
+from release.config_sections import CountsConfig
 from release.counts import counts_modes
 from release.counts import get as counts_mode
 from release.counts.keys import UNIT_COL, derive_frame
-from release.counts.model import (
-    CalibratedFixed,
-    ModelMode,
-    model_columns,
-    table_query,
-    working_slot,
-)
+from release.counts.model import ModelMode, model_columns
 from release.dp import OpenDPException
 from release.dp.compat import mbi_helpers
 from release.dp.counts import make_context
+from release.dp.tables import CalibratedFixed, calibrate_table_slot, make_table_query
 from release.dp.unit import PrivacyUnit
 from release.dp.zcdp import calibrate_zcdp_budget
 from selpe_audit.demo.generator import generate_rows
@@ -90,15 +86,8 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     claim) at ``delta``. ``scale_factor`` multiplies the noise scale (0.5: a planted
     factor-2 error; the release's calibration runs at rho / scale_factor^2). ``mode``
     "aim" or "mst": the whole adaptive algorithm per run (`_adaptive`)."""
-    if unit not in MODEL_UNITS:
-        raise ValueError(f"unit must be one of {', '.join(MODEL_UNITS)}")
-    if mode not in MODEL_MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODEL_MODES)}")
+    _check_arguments(schema, unit, mode, scale_factor)
     person = unit == "person"
-    if person and schema.id_field is None:
-        raise ValueError("the person unit needs a schema with a person id (x-id)")
-    if not scale_factor > 0:
-        raise ValueError("scale_factor must be > 0")
     counts = CountsConfig(mode=mode, aim_rounds=MODEL_AIM_ROUNDS)
     model_mode = counts_mode(mode)
     assert isinstance(model_mode, ModelMode)
@@ -107,20 +96,8 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     if missing := set(fields) - {c.field for c in cols[1:]}:
         raise ValueError(f"the model has no column for {', '.join(sorted(missing))}")
 
-    rows = generate_rows(n_rows, seed)
-    canary = generate_rows(1, seed + 1)[0]
-    if person:  # D's people within the bound (D's counts fixed), the canary over it
-        id_field, seen, kept_rows = schema.id_field, Counter[Any](), []
-        for r in rows:
-            seen[r[id_field]] += 1
-            if seen[r[id_field]] <= max_contributions:
-                kept_rows.append(r)
-        rows = kept_rows
-        canaries = [{**canary, id_field: "canary-person"}] * (max_contributions
-                                                             + MODEL_CANARY_EXTRA_ROWS)
-        priv_unit = PrivacyUnit(UNIT_COL, max_contributions)
-    else:
-        canaries, priv_unit = [canary], PrivacyUnit()
+    rows, canaries, priv_unit = _rows_and_canary(schema, n_rows, seed, person,
+                                                 max_contributions)
     frames = [derive_frame(data, schema, counts, schema.id_field if person else None)
               .collect().lazy() for data in (rows, [*rows, *canaries])]
     # what the truncation keeps of the canary (identical rows): the exact counts' D'
@@ -138,10 +115,58 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     release_algorithm = model_mode.algorithm(cols, counts, None)
     if not isinstance(release_algorithm, CalibratedFixed):
         return _adaptive(model_mode, counts, cols, frames, priv_unit, slot, epsilon, common)
+    exact_frames = [derive_frame(data, schema, counts, schema.id_field if person else None)
+                    for data in (rows, [*rows, *kept_canary])]
+    return _fixed(release_algorithm, cols, frames, exact_frames, priv_unit, slot, epsilon,
+                  common)
+
+
+def _check_arguments(schema: Schema, unit: str, mode: str, scale_factor: float) -> None:
+    """`model_neighbours`'s arguments, refused before any work with what is allowed."""
+    if unit not in MODEL_UNITS:
+        raise ValueError(f"unit must be one of {', '.join(MODEL_UNITS)}")
+    if mode not in MODEL_MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODEL_MODES)}")
+    if unit == "person" and schema.id_field is None:
+        raise ValueError("the person unit needs a schema with a person id (x-id)")
+    if not scale_factor > 0:
+        raise ValueError("scale_factor must be > 0")
+
+
+def _rows_and_canary(schema: Schema, n_rows: int, seed: int, person: bool,
+                     max_contributions: int) -> tuple[list[dict], list[dict], PrivacyUnit]:
+    """D's rows, the canary's rows that D' adds, and the privacy unit. Person unit: D's
+    people cut to the bound (so D's counts are what the release counts), the canary one
+    person over it, whose rows the release's truncation cuts."""
+    rows = generate_rows(n_rows, seed)
+    canary = generate_rows(1, seed + 1)[0]
+    if person:  # D's people within the bound (D's counts fixed), the canary over it
+        id_field, seen, kept_rows = schema.id_field, Counter[Any](), []
+        for r in rows:
+            seen[r[id_field]] += 1
+            if seen[r[id_field]] <= max_contributions:
+                kept_rows.append(r)
+        rows = kept_rows
+        canaries = [{**canary, id_field: "canary-person"}] * (max_contributions
+                                                             + MODEL_CANARY_EXTRA_ROWS)
+        priv_unit = PrivacyUnit(UNIT_COL, max_contributions)
+    else:
+        canaries, priv_unit = [canary], PrivacyUnit()
+    return rows, canaries, priv_unit
+
+
+def _fixed(release_algorithm: CalibratedFixed, cols: list[Any], frames: list[pl.LazyFrame],
+           exact_frames: list[pl.LazyFrame], priv_unit: PrivacyUnit, slot: float,
+           epsilon: float, common: dict[str, Any]) -> Neighbours:
+    """Fixed: its marginals measurement, kept from one release on D, run per sample through
+    the release's whole query. The output is the noisy marginals projected on the canary's
+    exact shift (``exact_frames``: D and D' with the rows the truncation keeps), weighted by
+    inverse variance, so its standardised shift is the measured mu."""
+    unit = common["unit"]
     keeper = _KeptFixed(queries=release_algorithm.queries, estimator=_no_fit)
     # the release's table query with the kept algorithm
     ctx = make_context(frames[0], priv_unit, [slot], measure="rho")
-    query = table_query(ctx, priv_unit, cols, keeper)
+    query = make_table_query(ctx, priv_unit, cols, keeper)
     table = query(frames[0])  # one release on D: CalibratedFixed builds the marginals
     (kept,) = keeper.kept
     marginals, d_in = kept["measurement"], kept["d_in"]
@@ -149,20 +174,8 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     if rho_opendp > slot * (1 + 1e-9):
         raise RuntimeError("OpenDP's map of the marginals exceeds their slot")
 
-    mbi = mbi_helpers()
     cliques = [q.by for q in keeper.queries]
-    exact = mbi.make_stable_marginals(kept["input_domain"], kept["input_metric"],
-                                      mbi.get_associated_metric(kept["output_measure"]),
-                                      cliques)
-    sensitivity = {c: float(v) for c, v in exact.map(d_in).items()}
-    true_d, true_dp = (exact(derive_frame(data, schema, counts,
-                                          schema.id_field if person else None)
-                             .select([c.frame_col for c in cols]).collect().lazy())
-                       for data in (rows, [*rows, *kept_canary]))
-    shift = {c: (true_dp[c].astype(float) - true_d[c].astype(float)).ravel() for c in cliques}
-    for c in cliques:
-        if not math.isclose(float(np.linalg.norm(shift[c])), sensitivity[c], rel_tol=1e-9):
-            raise RuntimeError(f"the canary moves marginal {c} by less than its sensitivity")
+    sensitivity, shift = _canary_shift(kept, cliques, cols, exact_frames)
     stddev = {m.clique: float(m.stddev) for m in table.marginals.flatten()}
     mu_mechanism = math.sqrt(sum(float(np.sum(shift[c] ** 2)) / stddev[c] ** 2
                                  for c in cliques))
@@ -182,7 +195,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
         "mode": "fixed", **common,
         "marginals": [{"clique": [names[a] for a in c], "sensitivity": sensitivity[c],
                        "stddev": stddev[c], "cells": int(shift[c].size)} for c in cliques],
-        "constructor": "release.counts.model.CalibratedFixed.make_marginals (OpenDP "
+        "constructor": "release.dp.tables.CalibratedFixed.make_marginals (OpenDP "
         "make_stable_marginals >> then_noise_marginals, zCDP), inside the release's "
         "contingency_table query",
         "slot_rho": slot, "rho": rho_opendp, "mu": mu_mechanism,
@@ -191,8 +204,27 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
                   "inverse variance"}
     return Neighbours(name=f"model ({unit} unit)", claimed_epsilon=epsilon,
                       run_d=sampler(frames[0]), run_dprime=sampler(frames[1]),
-                      output="scalar", details=details, claimed_delta=delta,
+                      output="scalar", details=details, claimed_delta=common["delta"],
                       claimed_mu=details["claimed_mu"])
+
+
+def _canary_shift(kept: dict[str, Any], cliques: list[Any], cols: list[Any],
+                  exact_frames: list[pl.LazyFrame]) -> tuple[dict, dict]:
+    """Each marginal's sensitivity (OpenDP's map of the exact marginals) and the canary's
+    exact shift of its cells (D' minus D); refused unless the canary moves every marginal by
+    its whole sensitivity, so the audit tests the worst case the claim covers."""
+    mbi = mbi_helpers()
+    exact = mbi.make_stable_marginals(kept["input_domain"], kept["input_metric"],
+                                      mbi.get_associated_metric(kept["output_measure"]),
+                                      cliques)
+    sensitivity = {c: float(v) for c, v in exact.map(kept["d_in"]).items()}
+    true_d, true_dp = (exact(frame.select([c.frame_col for c in cols]).collect().lazy())
+                       for frame in exact_frames)
+    shift = {c: (true_dp[c].astype(float) - true_d[c].astype(float)).ravel() for c in cliques}
+    for c in cliques:
+        if not math.isclose(float(np.linalg.norm(shift[c])), sensitivity[c], rel_tol=1e-9):
+            raise RuntimeError(f"the canary moves marginal {c} by less than its sensitivity")
+    return sensitivity, shift
 
 
 def _quick_fit(domain: Any, loss_fn: Any, *, potentials: Any = None) -> Any:
@@ -203,24 +235,9 @@ def _quick_fit(domain: Any, loss_fn: Any, *, potentials: Any = None) -> Any:
     return mirror_descent(domain, loss_fn, potentials=potentials, iters=MODEL_QUICK_FIT_ITERS)
 
 
-def _adaptive(model_mode: ModelMode, counts: CountsConfig, cols: list[Any],
-              frames: list[pl.LazyFrame], priv_unit: PrivacyUnit, slot: float, epsilon: float,
-              common: dict[str, Any]) -> Neighbours:
-    """AIM or MST as the release runs it (its algorithm, the slot a hair under the budget
-    that `release.counts.model.working_slot` finds), the whole adaptive release per run.
-    The output is every released noisy marginal, centred on D's true counts, projected on
-    the canary's cells and weighted by the inverse variance of its own (released) stddev:
-    whichever marginals a run selects, the output has mean 0 on D and is shifted on D' by
-    the measured part's squared mu, so the standardised shift estimates that mu, which the
-    claim (sqrt(2 rho) of the whole budget, selections included) bounds."""
-    mode = counts.mode
-    alg = dataclasses.replace(model_mode.algorithm(cols, counts, None), estimator=_quick_fit)
-    slot = working_slot(frames[0], priv_unit, cols, alg, slot)
-    ctx = make_context(frames[0], priv_unit, [slot], measure="rho")
-    query = table_query(ctx, priv_unit, cols, alg)
-    rho_opendp = float(query.map(ctx.d_in))
-    if rho_opendp > slot * (1 + 1e-9):
-        raise RuntimeError("OpenDP's map of the table exceeds its slot")
+def _projection(cols: list[Any], frames: list[pl.LazyFrame]) -> Callable[[Any], float]:
+    """One released marginal's term of the adaptive audit's output, by the true counts of
+    its clique on D and D' (``frames``), computed the first time a run selects it."""
     frame_cols = [c.frame_col for c in cols]
     inputs = [f.select(frame_cols).collect().lazy() for f in frames]
     cells = {c.frame_col: len(c.keys) + 1 for c in cols}  # OpenDP's null cell last
@@ -244,6 +261,28 @@ def _adaptive(model_mode: ModelMode, counts: CountsConfig, cols: list[Any],
         noisy = np.asarray(m.noisy_measurement, dtype=np.float64)
         return float(np.dot(noisy - on_d, shift)) / float(m.stddev) ** 2
 
+    return term
+
+
+def _adaptive(model_mode: ModelMode, counts: CountsConfig, cols: list[Any],
+              frames: list[pl.LazyFrame], priv_unit: PrivacyUnit, slot: float, epsilon: float,
+              common: dict[str, Any]) -> Neighbours:
+    """AIM or MST as the release runs it (its algorithm, the slot a hair under the budget
+    that `release.dp.tables.calibrate_table_slot` finds), the whole adaptive release per run.
+    The output is every released noisy marginal, centred on D's true counts, projected on
+    the canary's cells and weighted by the inverse variance of its own (released) stddev:
+    whichever marginals a run selects, the output has mean 0 on D and is shifted on D' by
+    the measured part's squared mu, so the standardised shift estimates that mu, which the
+    claim (sqrt(2 rho) of the whole budget, selections included) bounds."""
+    mode = counts.mode
+    alg = dataclasses.replace(model_mode.algorithm(cols, counts, None), estimator=_quick_fit)
+    slot = calibrate_table_slot(frames[0], priv_unit, cols, alg, slot)
+    ctx = make_context(frames[0], priv_unit, [slot], measure="rho")
+    query = make_table_query(ctx, priv_unit, cols, alg)
+    rho_opendp = float(query.map(ctx.d_in))
+    if rho_opendp > slot * (1 + 1e-9):
+        raise RuntimeError("OpenDP's map of the table exceeds its slot")
+    term = _projection(cols, frames)
     details = {"mode": mode, **common, "aim_rounds": counts.aim_rounds
                if mode == "aim" else None, "fit_iterations": MODEL_QUICK_FIT_ITERS,
                "constructor": f"opendp.extras.mbi.{model_mode.opendp_name} as the release "

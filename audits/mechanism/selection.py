@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 
 from audits.mechanism.core import Neighbours, Sampler, Test
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp.noisy_max import NOISY_MAX_CONSTRUCTOR
 from release.selection import (
     OneClassPerUnit,

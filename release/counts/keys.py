@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from release.config import CohortSpec, CountsConfig, RateSpec
+from release.config_sections import CohortSpec, CountsConfig, RateSpec
 from release.dp.counts import COUNT_COLUMN, CountQuery, NoisyCounts
 from release.dp.unit import unit_codes
 from release.private_data import polars_dtypes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from release.config import CountsConfig
+from release.config_sections import CountsConfig
 from release.counts.keys import (
     CLASS_COL,
     cohort_and_rate_blocks,

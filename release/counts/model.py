@@ -14,7 +14,8 @@ gets ``class_share`` of the table's rho: a class with a few percent of the rows 
 zeroed) and the class's 2-way marginal with every field and topic - CoRTeC's workload.
 Known upstream defects handled here: AIM and MST can overrun their budget by a float ulp
 (opendp issue 2789), so they get the largest slot a hair under theirs that passes a dry
-run on public dummy data; every key set gets a null cell last, which no row reaches and
+run on public dummy data (`release.dp.tables`, where every OpenDP call of these modes is);
+every key set gets a null cell last, which no row reaches and
 decode never samples.
 """
 
@@ -26,10 +27,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import opendp.prelude as dp
 import polars as pl
 
-from release.config import CountsConfig
+from release.config_sections import CountsConfig
 from release.counts.keys import (
     CLASS_COL,
     cohort_and_rate_blocks,
@@ -40,11 +40,17 @@ from release.counts.keys import (
 )
 from release.counts.registry import CountsBudget, CountsRows, MeasuredCounts, register
 from release.counts.workload import Workload, public_workload
-from release.dp.calibration import calibrate
-from release.dp.compat import mbi_helpers
+from release.dp import OpenDPException
 from release.dp.counts import NoisyCounts, make_context, measure_count
-from release.dp.unit import PrivacyUnit
-from release.dp.user import make_post_processing
+from release.dp.tables import (
+    Algorithm,
+    CalibratedFixed,
+    Count,
+    calibrate_table_slot,
+    make_aim,
+    make_mst,
+    make_table_query,
+)
 from release.dp.zcdp import CONVERSION_CONSTRUCTOR, approx_dp_of_rho, calibrate_zcdp_budget
 from selpe_audit.artifact import model_block as artifact_model
 from selpe_audit.artifact.counts_modes import AIM, FIXED, MST, CountsModeDescriptor
@@ -57,8 +63,6 @@ from selpe_audit.schema import Field, Schema
 TABLE_ID = "counts/model"
 CONVERSION_ID = "counts/zcdp-to-approx-dp"
 ZCDP_ACCOUNTING = "rho-zCDP"
-#: AIM/MST get a slot a hair under theirs when their own accounting overruns by a ulp
-UPSTREAM_SLACK = 1e-9
 #: AIM's share of its budget for the 1-way marginal of every column (see `AIM_MODE`)
 AIM_ONEWAY_SPLIT = 1 / 16
 
@@ -118,7 +122,7 @@ def merged_codes(schema: Schema, cols: list[ModelColumn]) -> list[pl.Expr]:
 
 
 def fixed_workload(cols: list[ModelColumn], class_share: float, topic_share: float,
-                   workload: Workload | None = None) -> list[dp.mbi.Count]:
+                   workload: Workload | None = None) -> list[Count]:
     """The class balance, the class's 2-way marginal with every topic and every field the
     workload measures with the class, and the 1-way marginal of each field it measures
     alone, weighted so that the class balance gets ``class_share`` of the rho and the
@@ -129,7 +133,7 @@ def fixed_workload(cols: list[ModelColumn], class_share: float, topic_share: flo
     alone: an even split would leave it mostly noise."""
     label, others = cols[0].frame_col, cols[1:]
     if not others:
-        return [dp.mbi.Count((label,))]
+        return [Count((label,))]
     alone = {f.field for f in workload.fields if f.margin == "one-way"} if workload else set()
     one_way = 1 / len(cols[0].keys)
     weight = [one_way if c.field in alone else 1.0 for c in others]
@@ -142,51 +146,10 @@ def fixed_workload(cols: list[ModelColumn], class_share: float, topic_share: flo
     else:  # one kind of column: it gets all but the class's share
         rho = [(1 - class_share) * w / sum(weight) for w in weight]
     unit = min(rho)
-    return [dp.mbi.Count((label,), weight=math.sqrt(class_share / unit)),
-            *(dp.mbi.Count((c.frame_col,) if c.field in alone else (label, c.frame_col),
-                           weight=math.sqrt(r / unit))
+    return [Count((label,), weight=math.sqrt(class_share / unit)),
+            *(Count((c.frame_col,) if c.field in alone else (label, c.frame_col),
+                    weight=math.sqrt(r / unit))
               for c, r in zip(others, rho, strict=True))]
-
-
-@dataclass(kw_only=True, frozen=True)
-class CalibratedFixed(dp.mbi.Fixed):
-    """OpenDP's ``Fixed`` with its scale found by `release.dp.calibration.calibrate`.
-
-    ``Fixed`` binary-searches the noise scale (~60 builds of the whole marginals chain: 30 s
-    for the demo's 14 marginals on 2 cores); `calibrate` needs two. The chain and the model
-    fit are Fixed's own (OpenDP parts, mbi's estimator).
-    """
-
-    def make_marginals(self, input_domain: Any, input_metric: Any, output_measure: Any,
-                       d_in: Any, d_out: float, *, marginals: Any, model: Any) -> Any:
-        from mbi import Domain
-
-        mbi = mbi_helpers()
-        get_associated_metric, get_cardinalities = (mbi.get_associated_metric,
-                                                    mbi.get_cardinalities)
-        make_stable_marginals, then_noise_marginals = (mbi.make_stable_marginals,
-                                                       mbi.then_noise_marginals)
-
-        if output_measure != dp.zero_concentrated_divergence() or model is not None:
-            return super().make_marginals(input_domain, input_metric, output_measure, d_in,
-                                          d_out, marginals=marginals, model=model)
-        cliques = [q.by for q in self.queries]
-        weights = [q.weight for q in self.queries]
-        stable = make_stable_marginals(input_domain, input_metric,
-                                       get_associated_metric(output_measure), cliques)
-
-        def make(scale: float) -> dp.Measurement:
-            return stable >> then_noise_marginals(output_measure, cliques, scale, weights)
-
-        measured, _ = calibrate(make, d_in, d_out)
-        domain = Domain.fromdict(get_cardinalities(input_domain))
-
-        def fit(new_releases: list) -> tuple[Any, Any]:
-            all_marginals = marginals.add(*new_releases)
-            return all_marginals, self.estimator(domain, all_marginals.flatten(),
-                                                 potentials=None)
-
-        return measured >> make_post_processing(fit)
 
 
 @dataclass(frozen=True)
@@ -212,16 +175,16 @@ def release_model(mode: ModelMode, rows: CountsRows, schema: Schema, counts: Cou
     algo = mode.algorithm(cols, counts, rows.workload)
     table_slot = rho * (1 - gamma - alpha)
     if mode.adaptive:
-        table_slot = working_slot(frame, unit, cols, algo, table_slot)
+        table_slot = calibrate_table_slot(frame, unit, cols, algo, table_slot)
     slots = [table_slot, *(q.epsilon for q in others)]
     if table_slot < rho * (1 - gamma - alpha):  # the unspent hair: never queried
         slots.append(rho * (1 - gamma - alpha) - table_slot)
     ctx = make_context(frame, unit, slots, measure="rho")
-    measurement = table_query(ctx, unit, cols, algo)
+    measurement = make_table_query(ctx, unit, cols, algo)
     table_rho = float(measurement.map(ctx.d_in))  # OpenDP's map (the Context checks it too)
     try:
         table = ctx(measurement)
-    except dp.OpenDPException as e:
+    except OpenDPException as e:
         if "insufficient budget" not in str(e):
             raise
         raise UserError(f"counts mode '{counts.mode}': OpenDP's {mode.opendp_name} overran "
@@ -234,39 +197,6 @@ def release_model(mode: ModelMode, rows: CountsRows, schema: Schema, counts: Cou
         raise RuntimeError("OpenDP accounting of the counts exceeds their rho")
     eps, delta = approx_dp_of_rho(rho, budget.delta)
     return ModelRelease(table, table_rho, results, rho, eps, delta)
-
-
-def table_query(ctx: dp.Context, unit: PrivacyUnit, cols: list[ModelColumn],
-                algo: dp.mbi.Algorithm) -> dp.Measurement:
-    """The contingency table measurement at the context's next slot (after truncation to
-    each person's bound, if the unit is a person): the release's, and the mechanism
-    audit's with its own copy of the algorithm."""
-    return (unit.bounded(ctx.query()).select(*[c.frame_col for c in cols])
-            .contingency_table(keys={c.frame_col: list(range(len(c.keys))) for c in cols},
-                               algorithm=algo)
-            .resolve())
-
-
-def working_slot(priv_frame: pl.LazyFrame, unit: PrivacyUnit, cols: list[ModelColumn],
-                 algo: dp.mbi.Algorithm, slot: float) -> float:
-    """A slot at most ``slot`` on which AIM/MST's own accounting does not overrun (opendp
-    issue 2789: "insufficient budget for query: 0.0999... > 0.0999..."): dry runs on a
-    public all-zero frame of the same columns, shrinking the slot by a hair until one
-    passes. The overrun is float arithmetic on the budget alone (MST's schedule never
-    depends on the data), so this spends slightly less, never more."""
-    dummy = pl.DataFrame({name: pl.Series([0] * 8, dtype=dtype) if dtype != pl.String
-                          else pl.Series([str(i) for i in range(8)])
-                          for name, dtype in priv_frame.collect_schema().items()}).lazy()
-    for k in range(12):
-        trial = slot * (1 - UPSTREAM_SLACK * (2 ** k - 1))
-        ctx = make_context(dummy, unit, [trial], measure="rho")
-        try:
-            ctx(table_query(ctx, unit, cols, algo))
-            return trial
-        except dp.OpenDPException as e:
-            if "insufficient budget" not in str(e):
-                raise
-    raise RuntimeError(f"OpenDP's {type(algo).__name__} overran every slot tried")
 
 
 # ----- ledger ----------------------------------------------------------------------------
@@ -383,11 +313,11 @@ class ModelMode:
     descriptor: CountsModeDescriptor
     #: the ``dp.mbi`` algorithm's name, for the ledger and messages
     opendp_name: str
-    #: AIM and MST: their own accounting can overrun by a ulp (`working_slot`)
+    #: AIM and MST: their own accounting can overrun by a ulp (`calibrate_table_slot`)
     adaptive: bool
     #: the mode's ``dp.mbi`` algorithm over the model's columns, from the [counts] settings
     #: and the planned workload (`release.counts.workload`)
-    algorithm: Callable[[list[ModelColumn], CountsConfig, Workload | None], dp.mbi.Algorithm]
+    algorithm: Callable[[list[ModelColumn], CountsConfig, Workload | None], Algorithm]
     accountant: str = (
         "a Context compositor in zero-concentrated DP over every count query (the "
         "contingency table's marginals, cohorts, rates: rho adds up), whose total rho "
@@ -404,7 +334,7 @@ class ModelMode:
 
 
 def _workload(cols: list[ModelColumn], counts: CountsConfig,
-              workload: Workload | None) -> list[dp.mbi.Count]:
+              workload: Workload | None) -> list[Count]:
     return fixed_workload(cols, counts.class_share, counts.topic_share, workload)
 
 
@@ -417,6 +347,6 @@ FIXED_MODE = register(ModelMode(FIXED, "Fixed", False, lambda cols, c, w: Calibr
 #: spends about one round's worth on each (1/16 of the budget at 16 rounds per column), and
 #: 8 rounds left it too few to anneal: on the demo's 400 rows the gap fell from 0.34 / 0.32
 #: (0.5 and 8 rounds) to 0.13 / 0.13 (docs/release.md, "Counts modes")
-AIM_MODE = register(ModelMode(AIM, "AIM", True, lambda cols, c, w: dp.mbi.AIM(
-    queries=_workload(cols, c, w), oneway_split=AIM_ONEWAY_SPLIT, rounds=c.aim_rounds)))
-MST_MODE = register(ModelMode(MST, "MST", True, lambda cols, c, w: dp.mbi.MST()))
+AIM_MODE = register(ModelMode(AIM, "AIM", True, lambda cols, c, w: make_aim(
+    _workload(cols, c, w), AIM_ONEWAY_SPLIT, c.aim_rounds)))
+MST_MODE = register(ModelMode(MST, "MST", True, lambda cols, c, w: make_mst()))

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from release.config import CountsConfig
+from release.config_sections import CountsConfig
 from release.counts.workload import Workload
 from release.dp.unit import PrivacyUnit
 from selpe_audit.artifact.counts_modes import (

@@ -12,6 +12,8 @@ By mechanism family, ``make_*`` builds an OpenDP measurement (or Context), ``mea
   the adaptive compositor);
 - `gaussian`: the Gaussian selection rounds; `zcdp`: their compositor and OpenDP's rho-zCDP ->
   (epsilon, delta) conversion (the counts' model modes use it too);
+- `tables`: the model counts modes' contingency tables (``opendp.extras.mbi``): Fixed with a
+  calibrated scale, AIM, MST, the table query and the slot AIM/MST do not overrun;
 - `unit`: the privacy unit's bound; `spools`: the private files OpenDP's Contexts scan;
   `user`: the user-defined OpenDP objects (built under "honest-but-curious");
 - `calibration`: the one function that finds a noise scale from OpenDP's privacy map;

@@ -10,7 +10,7 @@
 
 The registry loads the built-in modes, then the modes of installed plugins (entry-point
 group ``selpe_audit.selection_modes``), at its first lookup or `load_builtins`. Modules here
-import `release.config`, `release.ledger`, `release.dp` (every OpenDP call)
+import `release.config_sections`, `release.ledger`, `release.dp` (every OpenDP call)
 and the shared core, and never the package itself, so there are no cycles (import-linter
 checks it).
 """

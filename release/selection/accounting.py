@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp.noisy_max import make_pure_compositor
 from release.dp.zcdp import (
     CONVERSION_CONSTRUCTOR,

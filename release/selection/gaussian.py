@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp.gaussian import GAUSSIAN_CONSTRUCTOR, calibrate_gaussian_scale, make_gaussian_round
 from release.selection.types import Pools, PrivateClasses, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor

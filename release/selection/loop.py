@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.selection.accounting import compositor, round_budgets, total
 from release.selection.candidates import CandidateSource
 from release.selection.registry import get

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.selection.gaussian import (
     GaussianStatistics,
     GaussianVotesMode,

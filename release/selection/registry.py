@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.selection.types import Pools, RoundOutput, SelectionRun
 from selpe_audit.artifact.modes import ModeDescriptor, find_mode, mode_names, register_mode
 from selpe_audit.artifact.records import LedgerEntry

@@ -32,7 +32,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.utils.extmath import randomized_svd
 
-from release.config import SelectionConfig
+from release.config_sections import SelectionConfig
 from release.selection.gaussian import (
     GaussianStatistics,
     GaussianVotesMode,

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from release.config import UTILITIES, SelectionConfig
+from release.config_sections import SelectionConfig
 from release.dp.noisy_max import (
     NOISY_MAX_CONSTRUCTOR,
     calibrate_noisy_max_scale,
@@ -54,7 +54,7 @@ from release.selection.types import (
     RoundOutput,
     SelectionRun,
 )
-from selpe_audit.artifact.modes import SELPE, ModeDescriptor
+from selpe_audit.artifact.modes import SELPE, UTILITIES, ModeDescriptor
 from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
