@@ -299,9 +299,9 @@ def _llm_text_summary(r: Result) -> str:
 
 
 def _counts_modes_table(r: Result) -> str:
-    from benchmarks import counts_modes  # its own table, rendered anew: the stages moved
+    from benchmarks import counts_modes_report  # its own table, rendered anew: the stages moved
 
-    return counts_modes.table(r)
+    return counts_modes_report.table(r)
 
 
 TABLES: dict[str, Callable[[Result], str]] = {
