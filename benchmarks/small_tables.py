@@ -14,9 +14,9 @@ Datasets (members / test rows):
 Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each decoded by
 the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
 and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
-own venv; free text dropped); above 1,000 rows the peers run once, AIM not above 3,000 rows
-and neither on the full Adult (`PEER_RUNS`, `AIM_MAX_ROWS`: an AIM run took 16 minutes at
-2,000 Adult rows on 2 shared cores). Every side
+own venv; free text dropped): AIM not above 3,000 rows and neither on the full Adult
+(`PEER_RUNS`, `AIM_MAX_ROWS`: an AIM run took 16 minutes at 2,000 Adult rows on 2 shared
+cores); ``--peers mst`` runs one of them (with ``--resume``, the other's runs later). Every side
 is scored with its text blanked by both evaluators (`benchmarks.common.record_gaps`: the
 record evaluator's LR and gradient boosting, the standard tabular one's one-hot LR and
 native-categorical gradient boosting), as gaps to a same-size real sample of the members.
@@ -48,9 +48,9 @@ EPSILON = 2.0
 DEMO_SIZES = (400, 1_000, 3_000, 20_000)
 ADULT_SIZES = (500, 2_000, None)  # None: every training row
 RELEASES = 5
-#: peer runs by table size: AIM takes 2-5 minutes a run at 500-3,000 rows on 2 cores and
-#: 10-20 at 20,000 and more, so the largest tables get fewer (the table says how many)
-PEER_RUNS = ((1_000, RELEASES), (3_000, 1), (20_000, 1))
+#: peer runs by table size (the table says how many finished: with ``--resume`` a run of
+#: several sessions fills them in)
+PEER_RUNS = ((20_000, RELEASES),)
 FEW_PEER_RUNS = 0  # above the last size listed (the full Adult: ours alone)
 AIM_MAX_ROWS = 3_000  # AIM above: 15-30 minutes a run here, not run
 KEYS = ("dataset", "n", "synthesizer", "run")  # one run
@@ -149,7 +149,7 @@ def _cases(quick: bool, datasets: tuple[str, ...]) -> list[tuple[str, int | None
 
 
 def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult"),
-        runs: RunCache | None = None) -> dict[str, Any]:
+        runs: RunCache | None = None, peers: tuple[str, ...] = PEERS) -> dict[str, Any]:
     releases = 1 if quick else RELEASES
     runs = runs or RunCache(None, KEYS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,7 +159,7 @@ def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult"),
                 members, test, schema = _demo(n, 600 if quick else TEST_ROWS)
             else:
                 members, test, schema = _adult(n)
-            _case(base, dataset, members, test, schema, releases, PEERS, runs)
+            _case(base, dataset, members, test, schema, releases, peers, runs)
     lines = sorted(runs.done.values(), key=lambda x: (
         x["n"] > LARGE, x["dataset"] != "demo", x["n"], x["synthesizer"] != "ours",
         x["synthesizer"], x["run"]))
@@ -252,9 +252,13 @@ def main() -> None:
     p.add_argument("--resume", type=Path, help="keep finished runs here; skip them when rerun")
     p.add_argument("--cached-only", action="store_true",
                    help="with --resume: the tables from the finished runs, nothing new run")
+    p.add_argument("--peers", default=",".join(PEERS), help="aim, mst or both (default both)")
     a = p.parse_args()
+    peers = tuple(a.peers.split(","))
+    if set(peers) - set(PEERS):
+        p.error(f"--peers: choose from {', '.join(PEERS)}")
     runs = RunCache(a.resume, KEYS, a.cached_only)
-    command.finish(run(a.quick, tuple(a.datasets.split(",")), runs), a.json)
+    command.finish(run(a.quick, tuple(a.datasets.split(",")), runs, peers), a.json)
 
 
 if __name__ == "__main__":
