@@ -97,7 +97,7 @@ class DecodeSettings:
         try:
             get(self.decoder)
         except ValueError as e:
-            raise UserError(str(e)) from None
+            raise UserError(f"--decoder: {e}") from None
         if not (math.isfinite(self.overgenerate) and self.overgenerate >= 1):
             raise UserError(f"--overgenerate must be >= 1 (got {self.overgenerate})")
         if not 0 < self.keep_share <= 1:
