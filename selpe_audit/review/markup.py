@@ -11,7 +11,7 @@ from typing import Any
 from selpe_audit.artifact.view import ReleaseView
 from selpe_audit.review.charts import Chart, Column, count_cell
 from selpe_audit.review.charts import escape_text as _e
-from selpe_audit.review.view import count_floor, fmt_value, personal_data_hits
+from selpe_audit.review.view import flag_limits, fmt_value, personal_data_hits
 
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'"
 
@@ -30,9 +30,7 @@ def count_chart(view: ReleaseView, title: str, rows: list[str], mechanism_id: st
                 columns: list[tuple[str, Sequence[Any]]], scale: float | None = None) -> str:
     """Counts as bars; flagged against ``scale`` (a marginal's stddev) when given, else the
     ledger's noise scale of ``mechanism_id``."""
-    floor = count_floor(view)
-    if scale is None and mechanism_id:
-        scale = view.ledger.scales().get(mechanism_id)
+    floor, scale = flag_limits(view, mechanism_id, scale)
     chart = Chart(title, rows, [Column(h, [count_cell(v, floor, scale) for v in vals])
                                 for h, vals in columns])
     return f'<div class="chartbox">{chart.svg()}</div>'

@@ -50,6 +50,7 @@ from selpe_audit.review.view import (
     count_flag,
     count_floor,
     display_text,
+    flag_limits,
     fmt_value,
     marginal_title,
     model_summary,
@@ -171,9 +172,7 @@ def _count_table(view: ReleaseView, title: str, rows: list[str], mechanism_id: s
                  columns: list[tuple[str, Sequence[Any]]], scale: float | None = None) -> Table:
     """Counts as bars; flagged against ``scale`` (a marginal's stddev) when given, else the
     ledger's noise scale of ``mechanism_id``."""
-    floor = count_floor(view)
-    if scale is None and mechanism_id:
-        scale = view.ledger.scales().get(mechanism_id)
+    floor, scale = flag_limits(view, mechanism_id, scale)
     nums = [abs(v) for _, vals in columns for v in vals
             if isinstance(v, int | float) and not isinstance(v, bool)]
     biggest = max(nums, default=0)

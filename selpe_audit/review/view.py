@@ -276,6 +276,15 @@ def count_floor(view: ReleaseView) -> int:
     return view.count_floor(DEFAULT_FLOOR)
 
 
+def flag_limits(view: ReleaseView, mechanism_id: str | None,
+                scale: float | None = None) -> tuple[int, float | None]:
+    """The floor and the noise scale a chart flags its counts against: ``scale`` (a
+    marginal's stddev) when given, else the ledger's noise scale of ``mechanism_id``."""
+    if scale is None and mechanism_id:
+        scale = view.ledger.scales().get(mechanism_id)
+    return count_floor(view), scale
+
+
 def count_flag(value: Any, floor: int, scale: float | None) -> str | None:
     """Why one noisy count needs a second look, or None."""
     v = _num(value)
