@@ -18,13 +18,16 @@ epsilon buys when the counts get it:
   the workload before sizing);
 - ``+ cohorts, rates``: the demo configuration's two cohorts and one rate (gamma and alpha
   0.2 of the counts);
+- ``+ topics``: a public topic codebook of `TOPICS` anchors per free-text field, built from
+  LLM candidates of the schema (``topics = 8``), its topic x class marginal measured with
+  the other counts (the text's label signal where the vocabulary cannot run);
 - ``before``: the release as it was before the plan (half on selection, the vocabulary
   whatever the table's size, public bins).
 
-The configurations with selection run up to `SELECTION_ROWS` rows.
+The configurations with LLM candidates (selection, topics) run up to `SELECTION_ROWS` rows.
 
 And ``reviews``: 600 Rotten Tomatoes review snippets (`benchmarks.reviews`: real, long,
-sentiment-laden text; the row unit), in the default, ``+ selection`` and ``before``
+sentiment-laden text; the row unit), in the default, ``+ selection``, ``+ topics`` and ``before``
 releases, `REVIEW_RELEASES` each: where the vocabulary can release nothing, the text must
 stay neutral.
 
@@ -32,12 +35,12 @@ Scored against the test rows: record TSTR gaps to a same-size real sample with t
 blanked (`benchmarks.common.record_gaps`: LR and gradient boosting), what the synthetic text
 adds to its records' AUC (with the text minus blanked: never below 0), text-only
 TSTR (`audits.text_quality.text_tstr`), 1-way and 2-way TVD (`audits.fidelity.tvds`). And,
-on the default and ``before`` releases at 400 rows, the ``llm`` decoder's
+on the default, ``+ topics`` and ``before`` releases at 400 rows, the ``llm`` decoder's
 text-only TSTR (`LLM_ROWS` rows; the bundled model on the CPU): what the exemplars and the
 vocabulary bought the LLM's text before, against what it writes now.
 
-Reported: mean and range over `RELEASES` per size. ``--quick``: 400 and 1,000 rows, one
-release each, the default, ``+ selection`` and ``before``, no LLM.
+Reported: mean and range over `RELEASES` per size. ``--quick``: 400 rows, one release each,
+the default, ``+ selection`` and ``before``, no LLM.
 """
 
 from __future__ import annotations
@@ -56,19 +59,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 EPSILON = 2.0
 SIZES = (400, 1_000, 3_000, 20_000)
 RELEASES = {400: 3, 1_000: 2, 3_000: 2, 20_000: 1}
-#: above this many rows the configurations with selection are left out (the LLM's candidates
-#: and the private features of every row take most of an hour on 2 cores)
+#: above this many rows the configurations with LLM candidates are left out (the candidates
+#: and the private features or topic codes of every row take most of an hour on 2 cores)
 SELECTION_ROWS = 3_000
 KEYS = ("dataset", "n", "config", "run")  # one release
 TEST_ROWS = 2_000
 REVIEW_ROWS = 600  # a small table of long real text, where the vocabulary releases little
-REVIEW_CONFIGS = ("default", "+ selection", "before")
+REVIEW_CONFIGS = ("default", "+ selection", "+ topics", "before")
 REVIEW_RELEASES = 2
 LLM_SIZES = (400,)  # the bundled model on 2 cores: 200 records take 5-20 minutes
-LLM_CONFIGS = ("default", "before")
+LLM_CONFIGS = ("default", "+ topics", "before")
 LLM_ROWS = 200
 LLM_RELEASES = 1
 SELECTION = {"counts_share": 0.5, "selection_share": 0.5}
+TOPICS = 8
 COHORTS_AND_RATES = "cohorts_and_rates"  # the demo configuration's [[cohorts]] and [[rates]]
 #: name -> settings
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -78,6 +82,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "vocabulary off": {"phrases": False},
     "public bins": {"signal_sigmas": 0.0},
     "+ cohorts, rates": {COHORTS_AND_RATES: True},
+    "+ topics": {"topics": TOPICS},
     "before": {**SELECTION, "signal_sigmas": 0.0, "phrases": True},
 }
 QUICK_CONFIGS = ("default", "+ selection", "before")
@@ -94,6 +99,11 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
                            {"data": "x.csv", "schema": "x.json", "release_key": "k.pem"})
         out |= {"cohorts": demo.counts.cohorts, "rates": demo.counts.rates}
     return out
+
+
+def _candidates(config: str) -> bool:
+    """Whether the configuration writes LLM candidates (for selection or a topic codebook)."""
+    return bool(CONFIGS[config].get("selection_share") or CONFIGS[config].get("topics"))
 
 
 def _same_as_default(n: int) -> str:
@@ -141,7 +151,7 @@ def run(quick: bool = False, runs: RunCache | None = None) -> dict[str, Any]:
     from selpe_audit.demo.generator import generate_rows
     from selpe_audit.schema import demo_schema_path, load_schema
 
-    sizes = SIZES[:2] if quick else SIZES
+    sizes = SIZES[:1] if quick else SIZES
     configs = QUICK_CONFIGS if quick else tuple(CONFIGS)
     runs = runs or RunCache(None, KEYS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,7 +160,7 @@ def run(quick: bool = False, runs: RunCache | None = None) -> dict[str, Any]:
         cases = [("demo", demo_schema_path(), generate_rows(n, seed=n),
                   generate_rows(600 if quick else TEST_ROWS, seed=7),
                   tuple(c for c in configs if c != _same_as_default(n)
-                        and not (n > SELECTION_ROWS and "selection_share" in CONFIGS[c])),
+                        and not (n > SELECTION_ROWS and _candidates(c))),
                   1 if quick else RELEASES[n]) for n in sizes]
         if not quick:  # before the largest table, whose releases take longest
             members, test = reviews.split()

@@ -14,12 +14,12 @@ Datasets (members / test rows):
 Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each decoded by
 the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
 and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
-own venv; free text dropped): AIM not above 3,000 rows and neither on the full Adult
-(`PEER_RUNS`, `AIM_MAX_ROWS`: an AIM run took 16 minutes at 2,000 Adult rows on 2 shared
-cores); ``--peers mst`` runs one of them (with ``--resume``, the other's runs later). Every side
-is scored with its text blanked by both evaluators (`benchmarks.common.record_gaps`: the
-record evaluator's LR and gradient boosting, the standard tabular one's one-hot LR and
-native-categorical gradient boosting), as gaps to a same-size real sample of the members.
+own venv; free text dropped): AIM not on the full Adult (`AIM_MAX_ROWS`: an AIM run took
+16 minutes at 2,000 Adult rows on 2 shared cores); ``--peers mst`` runs one of them (with
+``--resume``, the other's runs later). Every side is scored with its text blanked by both
+evaluators (`benchmarks.common.record_gaps`: the record evaluator's LR and gradient boosting,
+the standard tabular one's one-hot LR and native-categorical gradient boosting), as gaps to a
+same-size real sample of the members.
 
 Writes, besides its result: `selpe_audit/data/expected_gaps.json`, the measured gaps by
 size that ``selpe-audit demo`` quotes next to its own numbers. ``--resume DIR`` keeps every
@@ -47,12 +47,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 EPSILON = 2.0
 DEMO_SIZES = (400, 1_000, 3_000, 20_000)
 ADULT_SIZES = (500, 2_000, None)  # None: every training row
-RELEASES = 5
-#: peer runs by table size (the table says how many finished: with ``--resume`` a run of
-#: several sessions fills them in)
-PEER_RUNS = ((20_000, RELEASES),)
-FEW_PEER_RUNS = 0  # above the last size listed (the full Adult: ours alone)
-AIM_MAX_ROWS = 3_000  # AIM above: 15-30 minutes a run here, not run
+RELEASES = 5  # and as many runs of each peer (with ``--resume``, several sessions fill them in)
+AIM_MAX_ROWS = 20_000  # the full Adult above: AIM took 16 minutes a run at 2,000 Adult rows
 KEYS = ("dataset", "n", "synthesizer", "run")  # one run
 LARGE = 10_000  # the tables run last
 TEST_ROWS = 2_000
@@ -116,9 +112,8 @@ def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path
         _say(runs.add({"dataset": dataset, "n": n, "synthesizer": "ours", "run": i,
                        "seconds": rel.seconds,
                        "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)}))
-    peer_runs = min(releases, next((k for size, k in PEER_RUNS if n <= size), FEW_PEER_RUNS))
     for synth in peers:
-        for i in range(peer_runs if synth != "aim" or n <= AIM_MAX_ROWS else 0):
+        for i in range(releases if synth != "aim" or n <= AIM_MAX_ROWS else 0):
             if not runs.wanted(dataset, n, f"smartnoise {synth}", i):
                 continue
             t0 = time.perf_counter()
