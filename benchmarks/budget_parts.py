@@ -136,7 +136,7 @@ def _one(folder: Path, data: Path, schema_path: Path, schema: Any, key: Path, tr
             "gaps": record_gaps(schema, syn, members, test, seed),
             "text_tstr": text_tstr(schema, text, syn, test, seed)["macro_auc"],
             "tvd_1way": tv["mean_1way"], "tvd_2way": tv["mean_2way"],
-            "terms": len(vocab["phrases"]["phrases"]) if vocab else 0}
+            "terms": len(vocab["phrases"]["phrases"]) if vocab and "phrases" in vocab else 0}
     if llm:
         got = decode(rel.out, trust, LLM_ROWS, "llm", seed, folder / "llm.csv", schema)
         line["llm_text_tstr"] = text_tstr(schema, text, got, test, seed)["macro_auc"]
