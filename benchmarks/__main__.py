@@ -224,6 +224,15 @@ def _entry(name: str, result: dict[str, Any], quick: bool, seconds: float,
             "machine": _machine(), "seconds": round(seconds, 1), "result": result}
 
 
+def _kept(before: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any]:
+    """The new entry; or, when this run failed and the one before had numbers, those numbers
+    with the failure beside them (a failed rerun must not lose the last measurement)."""
+    if "error" not in entry["result"] or before is None or "error" in before["result"]:
+        return entry
+    failure = {k: entry[k] for k in ("command", "date")} | {"error": entry["result"]["error"]}
+    return before | {"last_failure": failure}
+
+
 def write_results(path: Path, entries: dict[str, dict[str, Any]]) -> None:
     """RESULTS.json beside ``path`` with every benchmark's latest entry (so a run of a subset
     with ``--only`` keeps the others), then the page at ``path`` rendered from it."""
@@ -285,8 +294,8 @@ def run_benchmarks(names: list[str], quick: bool, out: Path, huge: bool = False)
         # Re-read before each write: another run (--only) may have finished a section since.
         sidecar = out.with_suffix(".json")
         entries = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        entries[name] = _entry(name, result, quick, time.perf_counter() - t0,
-                               huge and name == "scale")
+        entries[name] = _kept(entries.get(name), _entry(
+            name, result, quick, time.perf_counter() - t0, huge and name == "scale"))
         write_results(out, entries)  # after each: a crash keeps what was measured
     return failed
 

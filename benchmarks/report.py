@@ -435,6 +435,10 @@ def section(name: str, entry: dict[str, Any], plots: list[tuple[str, str]]) -> l
              + (f" · commit {commit.group(1)}" if commit else ""), ""]
     if "error" in r:
         return [*lines, f"**Failed:** {_one_line(str(r['error']))}", ""]
+    if "last_failure" in entry:
+        f = entry["last_failure"]
+        lines += [f"**The last run failed** ({f['date']}): {_one_line(str(f['error']))}; the "
+                  "numbers below are from the run before.", ""]
     summary = r.get("summary") if isinstance(r.get("summary"), str) else None
     if summary is None and name in SUMMARIES:
         try:

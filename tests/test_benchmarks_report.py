@@ -34,6 +34,29 @@ def _counts_modes_result() -> dict:
             "table": "| a | b |\n|---|---|\n| 1 | 2 |", "summary": "one line"}
 
 
+def test_a_failed_rerun_keeps_the_last_numbers(tmp_path, monkeypatch):
+    """A benchmark that raises on a rerun leaves its last measurement in RESULTS.json and on
+    the page, the failure beside it; one that never had numbers shows the failure alone."""
+    import benchmarks.__main__ as runner
+
+    def boom(quick: bool) -> dict:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(runner, "BENCHMARKS", {"plain": ("python -m benchmarks.plain", boom),
+                                               "fresh": ("python -m benchmarks.fresh", boom)})
+    out = tmp_path / "RESULTS.md"
+    out.with_suffix(".json").write_text(json.dumps({"plain": _entry(
+        {"table": "| a | b |\n|---|---|\n| 1 | 2 |", "summary": "the last good run"})}))
+    assert runner.run_benchmarks(["plain", "fresh"], False, out) == ["plain", "fresh"]
+    entries = json.loads(out.with_suffix(".json").read_text())
+    assert entries["plain"]["result"]["summary"] == "the last good run"
+    assert entries["plain"]["last_failure"]["error"] == "RuntimeError: boom"
+    assert entries["fresh"]["result"] == {"error": "RuntimeError: boom"}
+    text = out.read_text()
+    assert "**The last run failed**" in text and "the last good run" in text
+    assert "**Failed:** RuntimeError: boom" in text
+
+
 def test_page_has_tables_and_plots_but_no_json(tmp_path):
     entries = {"counts_modes": _entry(_counts_modes_result()),
                "broken": _entry({"error": "RuntimeError: boom"}),
