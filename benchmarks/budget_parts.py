@@ -51,7 +51,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import command
-from benchmarks.common import RunCache, aggregate, cell, decode, record_gaps, release
+from benchmarks.common import (
+    RunCache,
+    aggregate,
+    cell,
+    decode,
+    record_gaps,
+    release,
+    released_phrases,
+)
 from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -131,12 +139,11 @@ def _one(folder: Path, data: Path, schema_path: Path, schema: Any, key: Path, tr
     text = schema.by_kind("text")[0].name
     fields = list(schema.record_fields)
     tv = tvds(schema, syn, members, fields)
-    vocab = (rel.doc["counts"].get("topics") or {}).get(text)
     line = {"config": config, "n": len(members), "release_s": rel.seconds,
             "gaps": record_gaps(schema, syn, members, test, seed),
             "text_tstr": text_tstr(schema, text, syn, test, seed)["macro_auc"],
             "tvd_1way": tv["mean_1way"], "tvd_2way": tv["mean_2way"],
-            "terms": len(vocab["phrases"]["phrases"]) if vocab and "phrases" in vocab else 0}
+            "terms": len(released_phrases(rel.doc, text))}
     if llm:
         got = decode(rel.out, trust, LLM_ROWS, "llm", seed, folder / "llm.csv", schema)
         line["llm_text_tstr"] = text_tstr(schema, text, got, test, seed)["macro_auc"]

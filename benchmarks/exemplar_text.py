@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import command
+from benchmarks.common import released_phrases
 from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,12 +63,6 @@ def _release(folder: Path, data: Path, schema: Path, key: Path, phrases: bool,
     t0 = time.perf_counter()
     doc = run_release(cfg, installation=Installation.for_experiments("benchmark")).doc
     return doc, time.perf_counter() - t0
-
-
-def _vocabulary(doc: dict[str, Any], field: str) -> list[str]:
-    topics = (doc["counts"].get("topics") or {}).get(field)
-    return [p["text"] for p in topics["phrases"]["phrases"]] if topics and \
-        topics.get("phrases") else []
 
 
 def _score(doc: dict[str, Any], field: str, vocab: list[str], placeholders: frozenset[str],
@@ -124,7 +119,7 @@ def _case(folder: Path, name: str, schema_path: Path, members: list[dict], perso
             doc, seconds = _release(folder / f"{phrases}-{i}", data, schema_path, key,
                                     phrases, person)
             if phrases:
-                vocabs.append(_vocabulary(doc, field))
+                vocabs.append(released_phrases(doc, field))
             lines.append({"dataset": name, "vocabulary": phrases, "decoder": "llm candidates",
                           **_score(doc, field, vocabs[i], placeholders, seconds)})
             print(f"{name} vocabulary {'on' if phrases else 'off'} release {i + 1}: "

@@ -15,7 +15,7 @@ Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each
 the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
 and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
 own venv; free text dropped): AIM not on the full Adult (`AIM_MAX_ROWS`: an AIM run took
-16 minutes at 2,000 Adult rows on 2 shared cores); ``--peers mst`` runs one of them (with
+7-16 minutes at 2,000 Adult rows on 2 shared cores); ``--peers mst`` runs one of them (with
 ``--resume``, the other's runs later). Every side is scored with its text blanked by both
 evaluators (`benchmarks.common.record_gaps`: the record evaluator's LR and gradient boosting,
 the standard tabular one's one-hot LR and native-categorical gradient boosting), as gaps to a
@@ -48,7 +48,7 @@ EPSILON = 2.0
 DEMO_SIZES = (400, 1_000, 3_000, 20_000)
 ADULT_SIZES = (500, 2_000, None)  # None: every training row
 RELEASES = 5  # and as many runs of each peer (with ``--resume``, several sessions fill them in)
-AIM_MAX_ROWS = 20_000  # the full Adult above: AIM took 16 minutes a run at 2,000 Adult rows
+AIM_MAX_ROWS = 20_000  # the full Adult above: AIM took 7-16 minutes a run at 2,000 Adult rows
 KEYS = ("dataset", "n", "synthesizer", "run")  # one run
 LARGE = 10_000  # the tables run last
 TEST_ROWS = 2_000
