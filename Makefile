@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint install bench wheelhouse doctor base-image image image-decode \
-	image-test
+.PHONY: demo test test-fast lint install peers bench wheelhouse doctor base-image image \
+	image-decode image-test
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh scripts/install-llama.sh
 	VENV=$(VENV) scripts/install.sh
@@ -25,16 +25,22 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-# Every test, every marker (CI runs this): slow (needs the bundled LLM or embedder),
-# install (the offline wheelhouse install, for real) and audit (Monte-Carlo privacy audits).
-test: lint
+# smartnoise-synth's venv for the peer runs (benchmarks.smartnoise_peer), built once under
+# ~/.cache/selpe-audit and reused by every clone; seconds when it is there.
+peers: $(VENV)/.installed
+	$(BIN)/python -m benchmarks.smartnoise_peer --build
+
+# Every test, every marker (CI runs this): model (the bundled LLM or embedder), slow (over
+# ~20 s), peer (smartnoise-synth), postgres, install (the offline wheelhouse install, for
+# real) and audit (Monte-Carlo privacy audits).
+test: lint peers
 	$(BIN)/python -m pytest
 
-# The quick loop while developing: no model, no install, no Monte-Carlo audit.
+# The quick loop while developing (<= 5 minutes): no model, nothing slow, no peer, no install.
 test-fast: lint
-	$(BIN)/python -m pytest -m "not slow and not install and not audit"
+	$(BIN)/python -m pytest -m "not model and not slow and not peer and not install"
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed peers
 	$(BIN)/python -m benchmarks
 
 # Every wheel an air-gapped enclave needs, into $(WHEELHOUSE) (docs/deployment.md).

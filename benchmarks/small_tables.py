@@ -26,7 +26,9 @@ size that ``selpe-audit demo`` quotes next to its own numbers. ``--resume DIR`` 
 finished run in ``DIR/runs.jsonl`` and skips it when run again (`benchmarks.common.RunCache`;
 through ``python -m benchmarks``: ``BENCH_RESUME=DIR``), so an interrupted run of several
 hours loses one run at most. ``--quick``: demo at 400 rows,
-one release and one run of each peer (if its venv can be built).
+one release and one run of each peer. A peer that fails (its venv not built by `make peers`, or
+its run exiting with an error) is a failed cell with its error in the table and the result's
+``failed``, never a row left out.
 """
 
 from __future__ import annotations
@@ -86,11 +88,11 @@ def _typed(schema: Any, rows: list[dict]) -> list[dict]:
 
 
 def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path,
-          releases: int, peers: tuple[str, ...], runs: RunCache) -> None:
-    """Every release and peer run on one dataset size not yet in ``runs``."""
+          releases: int, peers: tuple[str, ...], runs: RunCache) -> list[dict[str, Any]]:
+    """Every release and peer run on one dataset size not yet in ``runs``; the peer runs
+    that failed, each with its error (a failed cell: not cached, so a rerun tries again)."""
     import polars as pl
 
-    from benchmarks.smartnoise_peer import run_peer
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.schema import load_schema
 
@@ -112,18 +114,37 @@ def _case(base: Path, dataset: str, members: list, test: list, schema_path: Path
         _say(runs.add({"dataset": dataset, "n": n, "synthesizer": "ours", "run": i,
                        "seconds": rel.seconds,
                        "gaps": record_gaps(schema, syn, typed_members, typed_test, i, False)}))
+    failed = []
     for synth in peers:
         for i in range(releases if synth != "aim" or n <= AIM_MAX_ROWS else 0):
-            if not runs.wanted(dataset, n, f"smartnoise {synth}", i):
-                continue
-            t0 = time.perf_counter()
-            syn = run_peer(schema, members, synth, EPSILON, n, folder, i)
-            if syn is None:
-                break
-            _say(runs.add({"dataset": dataset, "n": n, "synthesizer": f"smartnoise {synth}",
-                           "run": i, "seconds": time.perf_counter() - t0,
-                           "gaps": record_gaps(schema, _typed(schema, syn), typed_members,
-                                               typed_test, i, False)}))
+            line = peer_run(runs, folder, schema, dataset, members, synth, i,
+                            (typed_members, typed_test))
+            if line is not None and "error" in line:
+                failed.append(line)
+                break  # its other runs would fail alike
+    return failed
+
+
+def peer_run(runs: RunCache, folder: Path, schema: Any, dataset: str, members: list[dict],
+             synth: str, i: int, scored_on: tuple[list, list]) -> dict[str, Any] | None:
+    """Run ``i`` of a smartnoise peer, scored and cached; a failure is a line with its
+    error (never cached), and None where the cache already has the run."""
+    from benchmarks.smartnoise_peer import PeerFailed, run_peer
+
+    n, name = len(members), f"smartnoise {synth}"
+    if not runs.wanted(dataset, n, name, i):
+        return None
+    t0 = time.perf_counter()
+    try:
+        syn = run_peer(schema, members, synth, EPSILON, n, folder, i)
+    except PeerFailed as e:
+        print(f"{dataset} {n} {name} {i + 1}: FAILED: {e}", flush=True)
+        return {"dataset": dataset, "n": n, "synthesizer": name, "run": i, "error": str(e)}
+    line = runs.add({"dataset": dataset, "n": n, "synthesizer": name, "run": i,
+                     "seconds": time.perf_counter() - t0,
+                     "gaps": record_gaps(schema, _typed(schema, syn), *scored_on, i, False)})
+    _say(line)
+    return line
 
 
 def _say(line: dict[str, Any]) -> None:
@@ -147,6 +168,7 @@ def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult"),
         runs: RunCache | None = None, peers: tuple[str, ...] = PEERS) -> dict[str, Any]:
     releases = 1 if quick else RELEASES
     runs = runs or RunCache(None, KEYS)
+    failed: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         for dataset, n in _cases(quick, datasets):
@@ -154,14 +176,14 @@ def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult"),
                 members, test, schema = _demo(n, 600 if quick else TEST_ROWS)
             else:
                 members, test, schema = _adult(n)
-            _case(base, dataset, members, test, schema, releases, peers, runs)
+            failed += _case(base, dataset, members, test, schema, releases, peers, runs)
     lines = sorted(runs.done.values(), key=lambda x: (
         x["n"] > LARGE, x["dataset"] != "demo", x["n"], x["synthesizer"] != "ours",
         x["synthesizer"], x["run"]))
     results = aggregate([{k: v for k, v in x.items() if k != "run"} for x in lines],
                         ("dataset", "n", "synthesizer"))
-    out = {"epsilon": EPSILON, "results": results, "table": _table(results),
-           "summary": _summary(results)}
+    out = {"epsilon": EPSILON, "results": results, "failed": failed,
+           "table": _table(results, failed), "summary": _summary(results, failed)}
     if not quick and "demo" in datasets:
         write_expected(out)
     return out
@@ -182,7 +204,7 @@ def write_expected(result: dict[str, Any], path: Path = EXPECTED) -> None:
         "gaps": sizes}, indent=1, sort_keys=True) + "\n")
 
 
-def _table(results: list[dict[str, Any]]) -> str:
+def _table(results: list[dict[str, Any]], failed: list[dict[str, Any]]) -> str:
     head = ("| dataset | n | synthesizer | runs | LR gap | GB gap | one-hot LR gap | "
             "native GB gap | real LR / GB | seconds |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -192,11 +214,15 @@ def _table(results: list[dict[str, Any]]) -> str:
                     + " | ".join(cell(g[k]) for k in SCORES)
                     + f" | {g['real_lr']['mean']:.3f} / {g['real_gb']['mean']:.3f} | "
                     f"{cell(r['seconds'], 0)} |")
+    for f in failed:  # a failed cell, its error in place of the numbers
+        error = f["error"].replace("|", "/")
+        rows.append(f"| {f['dataset']} | {f['n']:,} | {f['synthesizer']} | FAILED (run "
+                    f"{f['run'] + 1}) | {error} |" + " |" * (head.count("|") - 6))
     return "\n".join(rows)
 
 
-def _summary(results: list[dict[str, Any]]) -> str:
-    """Per size: ours against the better peer, on the record evaluator."""
+def _summary(results: list[dict[str, Any]], failed: list[dict[str, Any]]) -> str:
+    """Per size: ours against the better peer, on the record evaluator; failed peers."""
     by: dict[tuple, dict[str, Any]] = {}
     for r in results:
         by.setdefault((r["dataset"], r["n"]), {})[r["synthesizer"]] = r["gaps"]
@@ -213,8 +239,10 @@ def _summary(results: list[dict[str, Any]]) -> str:
             text += f" vs {name.split()[-1].upper()} {best['lr']['mean']:.3f}/" \
                     f"{best['gb']['mean']:.3f}"
         parts.append(text)
+    failures = "".join(f" FAILED: {f['synthesizer']} at {f['dataset']} {f['n']:,}."
+                       for f in failed)
     return ("Epsilon 2, text blanked, LR/GB TSTR gap (mean of releases): " + "; ".join(parts)
-            + ".")
+            + "." + failures)
 
 
 def plots(result: dict[str, Any]) -> list[tuple[str, str, str]]:

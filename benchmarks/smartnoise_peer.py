@@ -1,11 +1,14 @@
 """smartnoise-synth's AIM and MST as a tabular-only peer, in a venv of its own.
 
 smartnoise-synth 1.0 pins an older OpenDP (through smartnoise-sql) and opacus, so it cannot
-share the project's environment; `ensure_env` builds ``.venv-smartnoise`` next to the
-project (torch from the CPU build first, so opacus does not pull a CUDA one) and this file
-runs there as a script:
+share the project's environment. `make peers` builds its venv once (``python -m
+benchmarks.smartnoise_peer --build``: torch from the CPU build first, so opacus does not pull
+a CUDA one) under the user's cache, keyed by its requirements, so a fresh clone of the
+project reuses it; `SELPE_PEER_VENV` names another place. Nothing builds it during a run: a
+benchmark or a test that finds it missing gets `PeerFailed` saying to run `make peers`. This
+file runs in that venv as a script:
 
-    .venv-smartnoise/bin/python benchmarks/smartnoise_peer.py IN.csv OUT.csv SYNTH EPS N
+    VENV/bin/python benchmarks/smartnoise_peer.py IN.csv OUT.csv SYNTH EPS N
 
 ``IN.csv`` holds public codes only (`encode`: a category's index in the schema's enum, a
 number's bin index in the schema's bins; free text dropped), so the peer sees the same
@@ -16,29 +19,54 @@ records (a number uniform in its bin's grid points, `selpe_audit.bins.sample_in_
 
 from __future__ import annotations
 
+import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV = ROOT / ".venv-smartnoise"
 REQUIREMENTS = ["torch==2.13.0", "smartnoise-synth==1.0.8"]
+#: how much of a failed peer's stderr its error keeps (the last lines say what broke)
+ERROR_TAIL = 400
 
 
-def ensure_env() -> Path | None:
-    """The peer's python, building its venv on first use; None when it cannot be built."""
-    python = VENV / "bin" / "python"
-    if python.exists():
-        return python
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        for req in REQUIREMENTS:  # torch alone first: the CPU build from local disk
-            subprocess.run([str(python), "-m", "pip", "install", "-q", req], check=True)
-    except (subprocess.CalledProcessError, OSError) as e:
-        print(f"smartnoise peer: cannot build {VENV} ({e})", flush=True)
-        return None
+class PeerFailed(RuntimeError):
+    """A peer run that did not produce records: the cell's error in a benchmark's table."""
+
+
+def venv_path() -> Path:
+    """Where the peer's venv lives: `SELPE_PEER_VENV`, or the cache, keyed by REQUIREMENTS."""
+    if os.environ.get("SELPE_PEER_VENV"):
+        return Path(os.environ["SELPE_PEER_VENV"])
+    key = hashlib.sha256("\n".join(REQUIREMENTS).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "selpe-audit" / f"venv-smartnoise-{key}"
+
+
+def peer_python() -> Path:
+    """The peer venv's python; `PeerFailed` when `make peers` has not built it."""
+    python = venv_path() / "bin" / "python"
+    if not (venv_path() / ".built").exists():
+        raise PeerFailed(f"the smartnoise-synth venv is not built ({venv_path()}): run "
+                         "`make peers`")
     return python
+
+
+def build_env() -> Path:
+    """Build the peer's venv (a no-op when it is there); the marker file is written last,
+    so a build cut short is built again."""
+    venv = venv_path()
+    if (venv / ".built").exists():
+        return venv
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    for req in REQUIREMENTS:  # torch alone first: the CPU build from local disk
+        subprocess.run([str(python), "-m", "pip", "install", "-q",
+                        "--disable-pip-version-check", req], check=True)
+    subprocess.run([str(python), "-c", "import snsynth"], check=True)
+    (venv / ".built").write_text("\n".join(REQUIREMENTS) + "\n")
+    return venv
 
 
 def encode(schema: Any, rows: list[dict[str, Any]]) -> list[dict[str, int]]:
@@ -77,17 +105,20 @@ def decode_rows(schema: Any, coded: list[dict[str, Any]], seed: int) -> list[dic
 
 
 def run_peer(schema: Any, members: list[dict[str, Any]], synth: str, epsilon: float,
-             n: int, folder: Path, seed: int) -> list[dict[str, Any]] | None:
-    """``n`` records from smartnoise's ``synth`` fitted on ``members`` at ``epsilon``."""
+             n: int, folder: Path, seed: int) -> list[dict[str, Any]]:
+    """``n`` records from smartnoise's ``synth`` fitted on ``members`` at ``epsilon``;
+    `PeerFailed` with the reason (the end of the peer's stderr) when it produced none."""
     import polars as pl
 
-    python = ensure_env()
-    if python is None:
-        return None
+    python = peer_python()
     src, dst = folder / f"peer-{synth}-in.csv", folder / f"peer-{synth}-out.csv"
+    dst.unlink(missing_ok=True)
     pl.DataFrame(encode(schema, members)).write_csv(src)
-    subprocess.run([str(python), __file__, str(src), str(dst), synth, str(epsilon), str(n)],
-                   check=True)
+    r = subprocess.run([str(python), __file__, str(src), str(dst), synth, str(epsilon), str(n)],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not dst.exists():
+        tail = " ".join(r.stderr.split())[-ERROR_TAIL:] or "no output"
+        raise PeerFailed(f"smartnoise {synth} exited with status {r.returncode}: {tail}")
     return decode_rows(schema, pl.read_csv(dst).to_dicts(), seed)
 
 
@@ -103,4 +134,7 @@ def _main(src: str, dst: str, synth: str, epsilon: str, n: str) -> None:
 
 
 if __name__ == "__main__":
-    _main(*sys.argv[1:6])
+    if sys.argv[1:] == ["--build"]:  # `make peers`
+        print(f"smartnoise-synth venv: {build_env()}")
+    else:
+        _main(*sys.argv[1:6])

@@ -229,12 +229,11 @@ def run_case(folder: Path, name: str, schema_path: Path, members: list[dict], te
                   f"{lines[-1].get('text_tstr')} text TSTR", flush=True)
     for synth in ("aim", "mst") if peers else ():
         t0 = time.perf_counter()
-        syn = run_peer(schema, members, synth, EPSILON, len(members), folder, 0)
-        if syn is not None:
-            lines.append({"dataset": name, "vocabulary": False, "decoder": f"smartnoise {synth}",
-                          "release_s": time.perf_counter() - t0,
-                          **score_rows(schema, syn, members, test, None, 0)})
-            print(f"{name} smartnoise {synth}: {lines[-1]['record_blanked']}", flush=True)
+        syn = run_peer(schema, members, synth, EPSILON, len(members), folder, 0)  # or raises
+        lines.append({"dataset": name, "vocabulary": False, "decoder": f"smartnoise {synth}",
+                      "release_s": time.perf_counter() - t0,
+                      **score_rows(schema, syn, members, test, None, 0)})
+        print(f"{name} smartnoise {synth}: {lines[-1]['record_blanked']}", flush=True)
     return lines
 
 

@@ -1,10 +1,17 @@
 """Shared fixtures: the bundled demo schema and sample, the session's models and keys, and
-small file helpers.
+small file helpers; the markers' rules.
 
 The session loads each model once: every test, release and decode in this process uses the
 process's `selpe_audit.models.shared` (the `models` fixture). `_model_loads` counts every
 construction of an LLM context and of an embedder by what was loaded; the session fails at
-its end if anything was loaded twice.
+its end if anything was loaded twice, or if a test not marked ``model`` asked for a model
+(so `make test-fast`, which leaves ``model`` out, provably runs none).
+
+Markers (pyproject.toml) say what a test needs: ``model`` (the LLM or the embedder),
+``slow`` (over ~20 s here), ``peer`` (smartnoise-synth's venv, `make peers`), ``postgres``
+(the PostgreSQL server binaries). A ``postgres`` or ``peer`` test whose requirement is missing
+is skipped on a developer's machine and fails in CI (``CI`` set), where `.ci/run` installs
+both: a leg that CI skips guards nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +44,49 @@ enable_opendp()  # as each command does at its entry (the tests call mechanisms 
 
 #: (kind, what) -> constructions in this session (`_model_loads`)
 MODEL_LOADS: Counter[tuple[str, str]] = Counter()
+#: tests that asked `Models` for a model without the ``model`` marker
+UNMARKED_MODEL_USE: set[str] = set()
+_current: list[pytest.Item] = []  # the test being run (set up, called, torn down)
+
+
+def _requirement_missing(item: pytest.Item) -> str | None:
+    """What a ``postgres`` or ``peer`` test needs and this machine lacks, if anything."""
+    if item.get_closest_marker("postgres"):
+        from tests.postgres import postgres_bin
+
+        if postgres_bin() is None:
+            return "PostgreSQL server binaries not installed (scripts/system-deps.sh)"
+    if item.get_closest_marker("peer"):
+        from benchmarks.smartnoise_peer import PeerFailed, peer_python
+
+        try:
+            peer_python()
+        except PeerFailed as e:
+            return str(e)
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current.append(item)
+    try:
+        return (yield)
+    finally:
+        _current.pop()
+
+
+def pytest_runtest_setup(item):
+    missing = _requirement_missing(item)
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run this test: {missing}", pytrace=False)
+    pytest.skip(missing)
+
+
+def _note_model_use() -> None:
+    if _current and _current[-1].get_closest_marker("model") is None:
+        UNMARKED_MODEL_USE.add(_current[-1].nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,9 +106,17 @@ def _model_loads():
         emb_init(self, model, **kw)  # a folder that fails to load is not a load
         MODEL_LOADS["embedder", f"{self._dir.resolve()} {kw}"] += 1
 
+    def noted(ask):
+        def ask_noted(self, *args, **kw):
+            _note_model_use()
+            return ask(self, *args, **kw)
+        return ask_noted
+
     mp = pytest.MonkeyPatch()
     mp.setattr(LLM, "__init__", counted_llm)
     mp.setattr(Embedder, "__init__", counted_embedder)
+    mp.setattr(Models, "llm", noted(Models.llm))
+    mp.setattr(Models, "embedder", noted(Models.embedder))
     yield MODEL_LOADS
     mp.undo()
 
@@ -71,6 +129,10 @@ def pytest_sessionfinish(session, exitstatus):
         lines = "\n".join(f"  {kind} {what}: {n} times" for (kind, what), n in twice.items())
         print(f"\nmodels loaded more than once in this session (use the `models` "
               f"fixture):\n{lines}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if UNMARKED_MODEL_USE:
+        names = "\n".join(f"  {n}" for n in sorted(UNMARKED_MODEL_USE))
+        print(f"\ntests that asked for a model without the `model` marker:\n{names}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -112,6 +174,27 @@ def _ledger_folder(tmp_path_factory, monkeypatch):
     charges (or reads) a real ledger, and no test fixes the folder unless it says so."""
     monkeypatch.setenv("SELPE_AUDIT_LEDGER", str(tmp_path_factory.mktemp("ledger")))
     monkeypatch.delenv("SELPE_AUDIT_LEDGER_FIXED", raising=False)
+
+
+def demo_release(tmp: Path, key: Path, **overrides) -> Path:
+    """A demo release made with examples/release.toml (decode tests start from one)."""
+    from release.config_file import load_config
+    from release.pipeline import run_release
+
+    cfg = load_config(ROOT / "examples" / "release.toml", {
+        "schema": demo_schema_path(), "release_key": key, "out": tmp / "art",
+        "lifetime_ledger": tmp / "ledger", **overrides})
+    run_release(cfg)
+    return cfg.out
+
+
+@pytest.fixture(scope="session")
+def counts_artifact(tmp_path_factory, keys) -> Path:
+    """The session's counts-only release of the demo sample (the default, model counts mode),
+    signed by the session's release key: the decode, chunk and shard tests read it, and a
+    test that adds to an artifact copies it first."""
+    return demo_release(tmp_path_factory.mktemp("counts"), keys[0][0], counts_share=1.0,
+                        selection_share=0.0)
 
 
 @pytest.fixture(scope="session")

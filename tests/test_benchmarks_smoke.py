@@ -33,7 +33,7 @@ def _quick(tmp_path, name: str) -> dict:
     return json.loads(out.with_suffix(".json").read_text())[name]["result"]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_benchmarks_quick(tmp_path):
     out = _run_runner(tmp_path, "counts,selection,adult")
     text = out.read_text()
@@ -48,7 +48,7 @@ def test_benchmarks_quick(tmp_path):
     assert "| epsilon | LR synthetic | LR real | LR gap |" in text
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_decode_benchmark_quick(tmp_path):
     """Decode at reduced size, through the same runner as the full suite."""
     out = _run_runner(tmp_path, "decode")
@@ -62,7 +62,7 @@ def test_decode_benchmark_quick(tmp_path):
     assert len(repeats["ratios"]) == 1 and 1.0 < repeats["median"] < 10.0
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_generation_benchmark_quick(tmp_path):
     """Generation throughput at reduced size: constrained decoding near unconstrained speed
     and every constrained record valid."""
@@ -74,7 +74,8 @@ def test_generation_benchmark_quick(tmp_path):
     assert 0 <= r["rejection_rate"] < 0.5
 
 
-@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.postgres
 def test_builds_database_and_artifact_benchmarks_quick(tmp_path):
     """The llama.cpp builds (the installed one, quick), the PostgreSQL read and the artifact
     read, via the runner."""
@@ -83,8 +84,7 @@ def test_builds_database_and_artifact_benchmarks_quick(tmp_path):
     builds = entries["llama_builds"]["result"]["builds"]
     assert builds["installed"]["unconstrained_tokens_per_s"] > 0
     db = entries["database"]["result"]
-    if "skipped" not in db:
-        assert db["rows"] == 2_000 and db["ratio"] > 0
+    assert db["rows"] == 2_000 and db["ratio"] > 0
     art = entries["artifact_read"]["result"]
     assert art["repeats"] == 10 and all(v > 0 for v in art["ms"].values())
     assert "## artifact_read" in out.read_text()
@@ -106,7 +106,7 @@ def _sane(row: dict) -> None:
         assert row["tvd_1way"] < 0.8
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_triage_quick(tmp_path):
     """Release -> decode -> audits, every ablation, at smoke size (one LLM row each)."""
     r = _quick(tmp_path, "triage")
@@ -126,7 +126,7 @@ def test_triage_quick(tmp_path):
     assert "| ablation: single_stage |" in r["table"]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_adult_llm_quick(tmp_path):
     """The LLM decoder on Adult at smoke size: rows come out, fitted, scored next to real."""
     r = _quick(tmp_path, "adult_llm")
@@ -142,7 +142,7 @@ def test_adult_llm_quick(tmp_path):
     assert "| 2.0 | tfidf_logreg |" in r["table"]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_selection_modes_quick(tmp_path):
     """The three selection mechanisms side by side, at reduced size, through the runner."""
     out = _run_runner(tmp_path, "selection_modes")
@@ -161,14 +161,19 @@ def test_selection_modes_quick(tmp_path):
     assert "| n / class | epsilon | selpe | pe-histogram | representatives" in result["table"]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_counts_modes_quick(tmp_path):
-    """Every counts mode on Adult side by side, the demo and the stage timings, at smoke
-    size, through the runner: a table, a summary line and plots on the page."""
+    """Every counts mode side by side, the demo and the stage timings, at smoke size,
+    through the runner: on Adult the smoke run's modes, on the demo every registered mode
+    (a mode that fails or vanishes fails this test); a table, a summary line and plots."""
+    from benchmarks.counts_modes import QUICK
+    from selpe_audit.artifact.counts_modes import counts_modes
+
     out = _run_runner(tmp_path, "counts_modes")
     r = json.loads(out.with_suffix(".json").read_text())["counts_modes"]["result"]
-    runs = [x for x in r["adult"]["runs"] if "models" in x]
-    assert {x["mode"] for x in runs} >= {"marginals", "fixed"}
+    runs = r["adult"]["runs"]
+    assert [x.get("error") for x in runs] == [None] * len(runs)
+    assert sorted(x["mode"] for x in runs) == sorted(QUICK.modes)
     for x in runs:
         for m in ("tfidf_logreg", "hgb_embeddings", "onehot_logreg", "hgb_native"):
             assert 0.7 < x["models"][m]["synthetic"] <= 1  # Adult's income is learnable
@@ -176,15 +181,16 @@ def test_counts_modes_quick(tmp_path):
         assert x["release"]["seconds"] > 0 and x["release"]["peak_rss_mib"] > 0
         assert set(x["tvd_per_field"]) and 0 <= x["tvd_1way"] <= 1
     demo = r["demo"]["modes"]
-    assert all(v["releases"] == 2 for v in demo.values())
-    assert r["stages"]["rows"] == 20_000 and r["stages"]["read_validate_s"] is not None
+    assert set(demo) == {d.name for d in counts_modes()}  # every registered mode
+    assert all(v["releases"] == 1 and "errors" not in v for v in demo.values()), demo
+    assert r["stages"]["rows"] == QUICK.stage_rows and r["stages"]["read_validate_s"] is not None
     text = out.read_text()
     assert "| mode | eps | decoder | std LR | std GB |" in text
     assert "plots/counts_modes-gap-standard.svg" in text
     assert (tmp_path / "plots" / "counts_modes-tvd.svg").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_llm_text_benchmark_quick(tmp_path):
     """Decoders side by side at smoke size: on text-free Adult the LLM decoder's records are
     the model decoder's; on the demo's default path no placeholder is released or decoded."""
@@ -202,7 +208,7 @@ def test_llm_text_benchmark_quick(tmp_path):
     assert "shown real rows instead (not DP)" in r["summary"]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_scale_benchmark_quick(tmp_path):
     """Release stages, decode and private features at two sizes, each in its own process,
     through the runner: every stage timed, memory measured, the table and the log-log plot."""
@@ -219,7 +225,7 @@ def test_scale_benchmark_quick(tmp_path):
     assert "| N | plain read s |" in text and (tmp_path / "plots" / "scale-seconds.svg").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_vocabulary_budget_quick(tmp_path):
     """The vocabulary's share of epsilon at smoke size, through the runner: a larger share
     releases more keywords and raises the ceiling; more keywords per unit raise OpenDP's
@@ -260,7 +266,7 @@ def test_text_vocabulary_quick(tmp_path):
     assert "| LR / GB, texts shuffled | LR / GB, real texts label-free |" in out.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_paraphrase_quick(tmp_path):
     """Item 5's measurement at smoke size, through the runner: a phrase field is released as
     phrases, the model decoder writes only released phrases (so never a member text that is
@@ -275,7 +281,7 @@ def test_paraphrase_quick(tmp_path):
     assert isinstance(r["paraphrase_helps"], bool) and "## paraphrase" in out.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_exemplar_text_quick(tmp_path):
     """Item 4's measurement at smoke size, through the runner: the default path's exemplar
     texts, vocabulary on and off, scored against the released keywords; every share is a
@@ -292,7 +298,7 @@ def test_exemplar_text_quick(tmp_path):
     assert "| dataset | vocabulary | releases | released keywords |" in out.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_budget_parts_quick(tmp_path):
     """Issue 59's parts of the budget at smoke size, through the runner: each configuration
     is a release scored by both evaluators; the default spends nothing on selection, and
@@ -316,15 +322,28 @@ def test_budget_parts_quick(tmp_path):
     assert "| dataset | n | release | runs | LR gap |" in out.read_text()
 
 
+def assert_every_peer_ran(result: dict) -> None:
+    """A benchmark's peers in its table: no failed cell, and a row for each of them."""
+    errors = "; ".join(f"{f['synthesizer']}: {f['error']}" for f in result["failed"])
+    assert not result["failed"], f"peer runs failed: {errors}"
+    ran = {x["synthesizer"] for x in result["results"]}
+    assert {"smartnoise aim", "smartnoise mst"} <= ran, ran
+
+
+@pytest.mark.peer
+@pytest.mark.slow
 def test_small_tables_quick(tmp_path):
-    """Issue 59's peers at smoke size, through the runner: the default release and, where
-    their venv builds, smartnoise-synth's AIM and MST on the same 400 rows, every gap a
-    difference of AUCs; the page has the table and the gap plot."""
+    """Issue 59's peers at smoke size, through the runner: the default release and
+    smartnoise-synth's AIM and MST on the same 400 rows (each must run: a peer that fails
+    fails this test), every gap a difference of AUCs; the page has the table and the gap
+    plot."""
     out = _run_runner(tmp_path, "small_tables")
     r = json.loads(out.with_suffix(".json").read_text())["small_tables"]["result"]
+    assert_every_peer_ran(r)
     by = {x["synthesizer"]: x for x in r["results"]}
     assert by["ours"]["n"] == 400 and by["ours"]["runs"] == 1
     for x in by.values():
+        assert x["runs"] == 1, x["synthesizer"]
         for k in ("lr", "gb", "std_lr", "std_gb"):
             assert -0.5 < x["gaps"][k]["mean"] < 0.5, (x["synthesizer"], k)
     text = out.read_text()
@@ -332,19 +351,64 @@ def test_small_tables_quick(tmp_path):
     assert (out.parent / "plots" / "small_tables-gap.svg").read_text().startswith("<svg")
 
 
+def test_a_failing_peer_is_a_failed_cell_and_fails_the_smoke_check(tmp_path, monkeypatch):
+    """A peer that dies (here a venv whose python exits 3 with a message) or whose venv was
+    never built is a FAILED cell with its error in the table, the summary and the result's
+    ``failed`` (not cached: a rerun tries it again), and `assert_every_peer_ran` fails on
+    it."""
+    from benchmarks import small_tables
+    from benchmarks.common import RunCache
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\necho 'snsynth: AIM found no budget' >&2\n"
+                                         "exit 3\n")
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".built").write_text("a stand-in for the peer's venv\n")
+    monkeypatch.setenv("SELPE_PEER_VENV", str(venv))
+    runs = RunCache(None, small_tables.KEYS)
+    gaps = {k: 0.1 for k in ("lr", "gb", "std_lr", "std_gb", "real_lr", "real_gb")}
+    runs.add({"dataset": "demo", "n": 400, "synthesizer": "ours", "run": 0, "seconds": 1.0,
+              "gaps": gaps})  # ours already ran: only the peers run here
+    r = small_tables.run(quick=True, runs=runs)
+    assert [(f["synthesizer"], f["run"]) for f in r["failed"]] == [
+        ("smartnoise aim", 0), ("smartnoise mst", 0)]
+    assert all("exited with status 3: snsynth: AIM found no budget" in f["error"]
+               for f in r["failed"])
+    assert "| demo | 400 | smartnoise aim | FAILED (run 1) | smartnoise aim exited" in r["table"]
+    assert "FAILED: smartnoise mst at demo 400." in r["summary"]
+    assert set(runs.done) == {("demo", 400, "ours", 0)}  # a failure is never a finished run
+    with pytest.raises(AssertionError, match="peer runs failed: smartnoise aim: smartnoise"):
+        assert_every_peer_ran(r)
+    monkeypatch.setenv("SELPE_PEER_VENV", str(tmp_path / "never-built"))
+    r = small_tables.run(quick=True, runs=runs, peers=("mst",))
+    (f,) = r["failed"]
+    assert "venv is not built" in f["error"] and "run `make peers`" in f["error"]
+    with pytest.raises(AssertionError, match="peer runs failed"):
+        assert_every_peer_ran(r)
+
+
+#: the Adult halves' matched share (person_ledger): seeded halves, no noise, so one number
+ADULT_HALVES_MATCHED = 0.380
+
+
+@pytest.mark.postgres
 def test_person_ledger_quick(tmp_path):
     """Issue 60's measurements at smoke size, through the runner: a fresh extract's people
-    are not matched to the charged sample and it is released; the Adult halves' share is a
-    share; the charge is timed; the PostgreSQL release ran (when the server binaries are
-    there)."""
+    are not matched to the charged sample and it is released; the Adult halves' share is the
+    one measured (seeded halves, no noise); the charge is timed; the PostgreSQL release
+    ran."""
     out = _run_runner(tmp_path, "person_ledger")
     r = json.loads(out.with_suffix(".json").read_text())["person_ledger"]["result"]
     (fresh,) = r["false_matches"]["demo"]
     assert fresh["matched_share"] == 0.0 and fresh["released"]
     assert r["false_matches"]["sample_spent"] == 10.0
-    assert 0 <= r["false_matches"]["adult"]["matched_share"] <= 1
+    adult = r["false_matches"]["adult"]
+    assert adult["matched_share"] == pytest.approx(ADULT_HALVES_MATCHED, abs=5e-4)
+    assert 0.9 < adult["distinct_row_share"] < 1
     assert r["speed"]["seconds"] > 0 and r["speed"]["people"] > 0
-    assert "median_s" in r["postgresql"] or "skipped" in r["postgresql"]
+    assert r["postgresql"]["repeats"] == 1 and set(r["postgresql"]["median_s"]) == {
+        "folder", "postgresql"}
     assert "| measure | value |" in out.read_text()
 
 
@@ -367,7 +431,7 @@ def test_a_resumed_benchmark_runs_only_what_did_not_finish(tmp_path):
     assert not cached.wanted(400, 2) and not cached.wanted(1_000, 0)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_release_time_quick(tmp_path):
     """Issue 59's release time at smoke size, through the runner: each small table released
     on the default path and with selection, once each, timed; the summary names the worst."""

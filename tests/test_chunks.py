@@ -18,7 +18,6 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_decode import demo_release
 
 import decode.pipeline
 from decode.checkpoint import checkpoint_path
@@ -38,10 +37,9 @@ def key(keys) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def art(tmp_path_factory, key) -> Path:
-    """A counts-only release of the demo sample (the default, model counts mode)."""
-    return demo_release(tmp_path_factory.mktemp("counts"), key[0], counts_share=1.0,
-                        selection_share=0.0)
+def art(counts_artifact) -> Path:
+    """The session's counts-only release of the demo sample (conftest)."""
+    return counts_artifact
 
 
 def _crash_on_write(monkeypatch, nth: int) -> None:
@@ -184,21 +182,21 @@ def test_ray_progress_counts_the_chunks_of_a_part(art, key, tmp_path, monkeypatc
 
 
 def test_memory_is_flat_in_n(art, key, tmp_path):
-    """Python's peak allocation for 4x the rows in chunks of 500 stays near that of one
+    """Python's peak allocation for 4x the rows in chunks of 250 stays near that of one
     chunk's worth: nothing grows with N but the file on disk."""
     pub = key[1]
-    _run(art, pub, tmp_path / "warm.parquet", n=500, chunk_rows=500)  # imports, caches
+    _run(art, pub, tmp_path / "warm.parquet", n=250, chunk_rows=250)  # imports, caches
 
     def peak(n: int) -> int:
         tracemalloc.start()
         try:
-            _run(art, pub, tmp_path / f"n{n}.parquet", n=n, chunk_rows=500)
+            _run(art, pub, tmp_path / f"n{n}.parquet", n=n, chunk_rows=250)
             return tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
 
-    small, large = peak(2000), peak(8000)
-    assert pl.read_parquet(tmp_path / "n8000.parquet").height == 8000
+    small, large = peak(1000), peak(4000)
+    assert pl.read_parquet(tmp_path / "n4000.parquet").height == 4000
     assert large < 1.3 * small, (small, large)
 
 

@@ -125,7 +125,7 @@ def _canary_rows(tmp: Path) -> Path:
     return p
 
 
-@pytest.mark.slow  # loads the embedder for the topic codebook
+@pytest.mark.model  # loads the embedder for the topic codebook
 def test_topics_from_a_public_pool_and_no_canary_anywhere(tmp_path, keys):
     from selpe_audit.demo.generator import generate_rows
 

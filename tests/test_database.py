@@ -10,12 +10,7 @@ from release.database import DatabaseSource, is_database_url, read_frame
 from release.private_data import read_private_rows
 from selpe_audit.errors import UserError
 from tests.conftest import DEMO_SAMPLE, good_row
-from tests.postgres import READER_PW, load_rows, postgres_bin, server
-
-pytestmark = pytest.mark.skipif(
-    postgres_bin() is None,
-    reason="PostgreSQL server binaries not installed (Debian package 'postgresql'; "
-           "scripts/system-deps.sh installs it)")
+from tests.postgres import READER_PW, load_rows, server
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +83,7 @@ def test_the_query_is_keyed_not_hashed():
         src.public_description(b"")
 
 
+@pytest.mark.postgres
 def test_rows_from_the_database_equal_the_csv(pg, demo_schema, reader_pw):
     from_csv = read_private_rows(DEMO_SAMPLE, demo_schema).priv_rows
     from_db = read_private_rows(DatabaseSource(pg.url(), table="public.triage"),
@@ -95,6 +91,7 @@ def test_rows_from_the_database_equal_the_csv(pg, demo_schema, reader_pw):
     assert from_db == from_csv
 
 
+@pytest.mark.postgres
 def test_the_query_runs_read_only_in_repeatable_read(pg, reader_pw):
     frame = read_frame(DatabaseSource(pg.url(), query=(
         "SELECT current_setting('transaction_isolation') AS iso, "
@@ -112,6 +109,7 @@ def test_the_query_runs_read_only_in_repeatable_read(pg, reader_pw):
     ("reader", READER_PW, "SELECT * FROM triage WHERE false", "no rows"),
     ("reader", READER_PW, "SELECT *, now() AS x FROM triage", None),
 ])
+@pytest.mark.postgres
 def test_errors_are_one_line_and_quote_no_value(pg, demo_schema, monkeypatch, url_user,
                                                 password, query, message):
     monkeypatch.setenv("PGPASSWORD", password)
@@ -125,6 +123,7 @@ def test_errors_are_one_line_and_quote_no_value(pg, demo_schema, monkeypatch, ur
     assert message in text and "\n" not in text and "CANARY" not in text, text
 
 
+@pytest.mark.postgres
 def test_a_column_type_the_schema_cannot_take(pg, demo_schema, reader_pw):
     query = "SELECT * FROM triage"
     cols = ", ".join(f"{k}" if k != "chief_complaint" else "now() AS chief_complaint"
@@ -182,6 +181,7 @@ def _shape(x):
     return type(x).__name__
 
 
+@pytest.mark.postgres
 def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_key,
                                                                     tmp_path, demo_schema):
     import hashlib
@@ -227,6 +227,7 @@ def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_
     (["--query", "SELECT age FROM triage", "--dataset", "t"], READER_PW, "missing column"),
     (["--query", "SELECT * FROM triage WHERE false", "--dataset", "t"], READER_PW, "no rows"),
 ])
+@pytest.mark.postgres
 def test_release_errors_are_one_line_and_charge_nothing(pg, release_key, tmp_path, args,
                                                         password, message):
     priv, _ = release_key

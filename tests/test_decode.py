@@ -1,7 +1,7 @@
 """Decode (issue #6): allocation, the fit, the decoders, outputs, bad input, kill-and-resume.
 
 Quick tests decode a counts-only artifact (no exemplars, so no embedder is needed); tests
-on a pool-mode artifact (SelectTop loads the embedder) and the LLM decoder are `slow`.
+on a pool-mode artifact (SelectTop loads the embedder) and the LLM decoder are marked `model`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pytest
+from conftest import demo_release
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,8 +43,6 @@ from decode.fit import (
 from decode.pipeline import DecodeSettings, plan, run_decode
 from decode.released import released_view
 from decode.writers import valid_share
-from release.config_file import load_config
-from release.pipeline import run_release
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.artifact.document import RELEASE_FILE, read_release
 from selpe_audit.artifact.signing import sign_file
@@ -52,29 +51,12 @@ from selpe_audit.cli.main import main
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
 from selpe_audit.llm.generation import GenerationStats
-from selpe_audit.schema import demo_schema_path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
 
 
 # ----- fixtures ------------------------------------------------------------------------------
-
-def demo_release(tmp: Path, key: Path, **overrides) -> Path:
-    """A demo release made with examples/release.toml (other decode tests start from it)."""
-    cfg = load_config(ROOT / "examples" / "release.toml", {
-        "schema": demo_schema_path(), "release_key": key, "out": tmp / "art",
-        "lifetime_ledger": tmp / "ledger", **overrides})
-    run_release(cfg)
-    return cfg.out
-
-
-@pytest.fixture(scope="module")
-def counts_art(tmp_path_factory, keys):
-    """A counts-only release of the demo sample (selection: null): cohorts, rates, no text."""
-    return demo_release(tmp_path_factory.mktemp("counts"), keys[0][0],
-                        counts_share=1.0, selection_share=0.0)
-
 
 @pytest.fixture(scope="module")
 def pool_art(tmp_path_factory, keys):
@@ -160,8 +142,8 @@ def test_inclusion_probabilities_and_systematic_sampling():
     assert np.abs(hits / 400 - pi).max() < 0.12  # inclusion frequencies follow pi
 
 
-def test_fit_lowers_the_l1_distance_to_released_cells(counts_art, keys):
-    rel = _released(counts_art, keys[0][1])
+def test_fit_lowers_the_l1_distance_to_released_cells(counts_artifact, keys):
+    rel = _released(counts_artifact, keys[0][1])
     dec = MarginalsDecoder(rel, seed=3)
     for c in rel.classes:
         a = 40
@@ -182,8 +164,8 @@ def test_fit_lowers_the_l1_distance_to_released_cells(counts_art, keys):
                 assert f.bin_index(before[f.name]) == f.bin_index(after[f.name])
 
 
-def test_swaps_never_increase_the_distance(counts_art, keys):
-    rel = _released(counts_art, keys[0][1])
+def test_swaps_never_increase_the_distance(counts_artifact, keys):
+    rel = _released(counts_artifact, keys[0][1])
     dec = MarginalsDecoder(rel, seed=4)
     cand = [dict(dec.record(2, i), acuity=3) for i in range(90)]
     margins = class_margins(rel, 3, cand, 30)
@@ -222,27 +204,27 @@ def test_swaps_end_where_no_single_swap_helps(data, m):
 
 # ----- end to end ------------------------------------------------------------------------------
 
-def test_marginals_decode_of_a_counts_only_artifact(counts_art, keys, tmp_path):
+def test_marginals_decode_of_a_counts_only_artifact(counts_artifact, keys, tmp_path):
     pub = keys[0][1]
     out = tmp_path / "syn.parquet"
-    doc = _decode(counts_art, pub, out, n=150)
+    doc = _decode(counts_artifact, pub, out, n=150)
     df = pl.read_parquet(out)
-    rel = _released(counts_art, pub)
+    rel = _released(counts_artifact, pub)
     assert df.height == 150 and df.columns == [f.name for f in rel.schema.record_fields]
     validator = rel.schema.record_validator()
     assert all(validator.is_valid(r) for r in df.to_dicts())
     assert (df["chief_complaint"] == PLACEHOLDER).all()  # no exemplars to copy text from
     expected = plan(rel, 150, 2.0).rows
     assert doc["rows_per_class"] == {str(c): n for c, n in expected.items()}
-    assert doc["artifact"]["sha256"] == read_release(counts_art, [pub]).sha256
-    assert doc["artifact"]["verified_key_ids"] == [rel_key_id(counts_art)]
+    assert doc["artifact"]["sha256"] == read_release(counts_artifact, [pub]).sha256
+    assert doc["artifact"]["verified_key_ids"] == [rel_key_id(counts_artifact)]
     assert doc["validity"]["share_valid"] == 1.0
     assert doc["decoder"]["text_source"] == {"chief_complaint": "placeholder"}
     assert doc["selection"]["select_top"] == "off"  # the marginals decoder's default
     assert doc["fidelity"]["tvd_to_released"]["histograms_mean"] < \
         doc["fidelity"]["candidates_tvd_to_released"]["histograms_mean"]
     assert json.loads((tmp_path / "syn.parquet.provenance.json").read_text()) == doc
-    asked = _decode(counts_art, pub, tmp_path / "top.csv", n=20, select_top=True)
+    asked = _decode(counts_artifact, pub, tmp_path / "top.csv", n=20, select_top=True)
     assert asked["selection"]["select_top"] == "skipped: the artifact has no exemplars"
     assert not checkpoint_path(out).exists()
 
@@ -252,25 +234,25 @@ def rel_key_id(art: Path) -> str:
 
 
 @pytest.mark.parametrize("ext", ["csv", "jsonl"])
-def test_output_formats_hold_the_same_rows(counts_art, keys, tmp_path, ext):
+def test_output_formats_hold_the_same_rows(counts_artifact, keys, tmp_path, ext):
     pub = keys[0][1]
-    _decode(counts_art, pub, tmp_path / "a.parquet", n=40, seed=7)
-    _decode(counts_art, pub, tmp_path / f"b.{ext}", n=40, seed=7)
+    _decode(counts_artifact, pub, tmp_path / "a.parquet", n=40, seed=7)
+    _decode(counts_artifact, pub, tmp_path / f"b.{ext}", n=40, seed=7)
     a = pl.read_parquet(tmp_path / "a.parquet")
     b = pl.read_csv(tmp_path / "b.csv") if ext == "csv" else pl.read_ndjson(tmp_path / "b.jsonl")
     assert a.equals(b.select(a.columns).cast(dict(a.schema)))
 
 
-def test_approvals_are_required_and_recorded(counts_art, keys, tmp_path):
+def test_approvals_are_required_and_recorded(counts_artifact, keys, tmp_path):
     (_, pub, _), (rpriv, rpub, rkid) = keys
     with pytest.raises(UserError, match="approval"):
-        run_decode(counts_art, [pub], 1, tmp_path / "x.jsonl", DecodeSettings(n=5,
+        run_decode(counts_artifact, [pub], 1, tmp_path / "x.jsonl", DecodeSettings(n=5,
                    decoder="marginals"))
     art = tmp_path / "approved"
     art.mkdir()
-    (art / RELEASE_FILE).write_bytes((counts_art / RELEASE_FILE).read_bytes())
+    (art / RELEASE_FILE).write_bytes((counts_artifact / RELEASE_FILE).read_bytes())
     (art / "signatures").mkdir()
-    for sig in (counts_art / "signatures").iterdir():
+    for sig in (counts_artifact / "signatures").iterdir():
         (art / "signatures" / sig.name).write_bytes(sig.read_bytes())
     sign_file(art, RELEASE_FILE, rpriv)
     with pytest.raises(UserError, match="--release-key"):
@@ -282,7 +264,7 @@ def test_approvals_are_required_and_recorded(counts_art, keys, tmp_path):
     assert doc["artifact"]["unsigned_trusted_key_ids"] == []
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_marginals_decode_of_a_pool_artifact_with_select_top(pool_art, keys, tmp_path):
     pub = keys[0][1]
     out = tmp_path / "syn.jsonl"
@@ -318,14 +300,14 @@ def copy_artifact(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_bad_inputs_are_one_line_errors(counts_art, keys, tmp_path, capsys, monkeypatch):
+def test_bad_inputs_are_one_line_errors(counts_artifact, keys, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")
     (priv, pub, _), (_, rpub, _) = keys
     ok = ["--trust", str(pub), "--n", "5", "--decoder", "marginals"]
-    tampered = copy_artifact(counts_art, tmp_path / "tampered")
+    tampered = copy_artifact(counts_artifact, tmp_path / "tampered")
     data = (tampered / RELEASE_FILE).read_bytes()
     (tampered / RELEASE_FILE).write_bytes(data.replace(b'"dp_counts":[', b'"dp_counts":[1', 1))
-    future = copy_artifact(counts_art, tmp_path / "future")
+    future = copy_artifact(counts_artifact, tmp_path / "future")
     doc = json.loads((future / RELEASE_FILE).read_bytes())
     (future / RELEASE_FILE).write_bytes(canonical_bytes({**doc, "format_version": 99}))
     sign_file(future, RELEASE_FILE, priv)
@@ -338,20 +320,20 @@ def test_bad_inputs_are_one_line_errors(counts_art, keys, tmp_path, capsys, monk
     out = str(tmp_path / "o.parquet")
     cases = {
         "artifact folder not found": [str(tmp_path / "nope"), *ok, "--out", out],
-        "no signature by any trusted key": [str(counts_art), "--trust", str(rpub), "--n", "5",
+        "no signature by any trusted key": [str(counts_artifact), "--trust", str(rpub), "--n", "5",
                                             "--out", out],
         "does not verify": [str(tampered), *ok, "--out", out],
         "unknown format version": [str(future), *ok, "--out", out],
-        "--n must be a positive": [str(counts_art), *ok[:2], "--n", "0", "--out", out],
-        "cannot write there": [str(counts_art), *ok, "--out", str(a_file / "o.parquet")],
-        "model file not found": [str(counts_art), *ok[:4], "--model",
+        "--n must be a positive": [str(counts_artifact), *ok[:2], "--n", "0", "--out", out],
+        "cannot write there": [str(counts_artifact), *ok, "--out", str(a_file / "o.parquet")],
+        "model file not found": [str(counts_artifact), *ok[:4], "--model",
                                  str(tmp_path / "missing.gguf"), "--out", out],
-        "not a GGUF model file": [str(counts_art), *ok[:4], "--model", str(not_gguf),
+        "not a GGUF model file": [str(counts_artifact), *ok[:4], "--model", str(not_gguf),
                                   "--out", out],
-        "cannot load this model file": [str(counts_art), *ok[:4], "--model", str(corrupt),
+        "cannot load this model file": [str(counts_artifact), *ok[:4], "--model", str(corrupt),
                                         "--out", out],
-        "unknown output extension": [str(counts_art), *ok, "--out", str(tmp_path / "o.xlsx")],
-        "--overgenerate must be >= 1": [str(counts_art), *ok, "--overgenerate", "0.5",
+        "unknown output extension": [str(counts_artifact), *ok, "--out", str(tmp_path / "o.xlsx")],
+        "--overgenerate must be >= 1": [str(counts_artifact), *ok, "--overgenerate", "0.5",
                                         "--out", out],
     }
     for expected, argv in cases.items():
@@ -398,12 +380,12 @@ def test_checkpoint_refuses_damage_and_other_runs(tmp_path):
     assert not path.exists()
 
 
-def test_killed_decode_resumes_without_duplicates_or_loss(counts_art, keys, tmp_path):
+def test_killed_decode_resumes_without_duplicates_or_loss(counts_artifact, keys, tmp_path):
     """SIGKILL a decode mid-generation, rerun the same command, compare with the stream."""
     pub = keys[0][1]
     out = tmp_path / "syn.jsonl"
     n = 6000
-    argv = [EXE, "decode", str(counts_art), "--trust", str(pub), "--n", str(n), "--out",
+    argv = [EXE, "decode", str(counts_artifact), "--trust", str(pub), "--n", str(n), "--out",
             str(out), "--decoder", "marginals", "--overgenerate", "1", "--no-fit"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1")
     ckpt = checkpoint_path(out)
@@ -426,7 +408,7 @@ def test_killed_decode_resumes_without_duplicates_or_loss(counts_art, keys, tmp_
     assert "resuming" in rerun.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == n and not ckpt.exists()
-    rel = _released(counts_art, pub)
+    rel = _released(counts_artifact, pub)
     dec = MarginalsDecoder(rel, seed=0)
     rows = plan(rel, n, 1.0).rows
     expected = [dec.record(c, i) for c in rel.classes for i in range(rows[c])]
@@ -449,9 +431,9 @@ class _FakeGenerator:
             on_record({"seed": self.seed, "j": j, "class": class_value})
 
 
-def test_llm_stream_resumes_exactly_from_any_point(counts_art, keys, monkeypatch):
+def test_llm_stream_resumes_exactly_from_any_point(counts_artifact, keys, monkeypatch):
     monkeypatch.setattr("decode.decoders.llm.RecordGenerator", _FakeGenerator)
-    rel = _released(counts_art, keys[0][1])
+    rel = _released(counts_artifact, keys[0][1])
     dec = LLMDecoder(rel, SimpleNamespace(info=None), seed=5)
 
     def stream(c, start, total):
@@ -466,7 +448,7 @@ def test_llm_stream_resumes_exactly_from_any_point(counts_art, keys, monkeypatch
     assert stream(2, 0, 21) != full  # classes get their own seeds
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_llm_decode_of_a_small_n(pool_art, keys, tmp_path):
     pub = keys[0][1]
     out = tmp_path / "llm.parquet"
@@ -497,9 +479,9 @@ def test_settings_are_checked_on_construction():
         DecodeSettings(5)  # keyword-only: no positional mix-ups
 
 
-def test_valid_share_is_measured(counts_art, keys):
+def test_valid_share_is_measured(counts_artifact, keys):
     """The provenance's share_valid counts candidates that break the schema (it can fail)."""
-    schema = _released(counts_art, keys[0][1]).schema
+    schema = _released(counts_artifact, keys[0][1]).schema
     good = generate_rows(3, seed=5)
     good = [{k: v for k, v in r.items() if k != "patient_id"} for r in good]
     assert valid_share(good, schema) == 1.0
@@ -510,7 +492,7 @@ def test_valid_share_is_measured(counts_art, keys):
 
 # ----- a new decoder, as docs/architecture.md's recipe says --------------------------------------
 
-def test_a_registered_decoder_is_a_choice_and_decodes(counts_art, keys, tmp_path, capsys,
+def test_a_registered_decoder_is_a_choice_and_decodes(counts_artifact, keys, tmp_path, capsys,
                                                       monkeypatch):
     """A decoder is one module that registers a `DecoderSpec`: the CLI offers it with its own
     help, the pipeline builds it, and the provenance names it."""
@@ -529,7 +511,7 @@ def test_a_registered_decoder_is_a_choice_and_decodes(counts_art, keys, tmp_path
         main(["decode", "--help"])
     assert "toy: a test's decoder" in " ".join(capsys.readouterr().out.split())
     out = tmp_path / "toy.csv"
-    code = main(["decode", str(counts_art), "--trust", str(keys[0][1]), "--decoder", "toy",
+    code = main(["decode", str(counts_artifact), "--trust", str(keys[0][1]), "--decoder", "toy",
                  "--n", "30", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     prov = json.loads(out.with_name("toy.csv.provenance.json").read_text())

@@ -13,7 +13,7 @@ import pytest
 EXE = shutil.which("selpe-audit") or str(Path(__file__).parents[1] / ".venv/bin/selpe-audit")
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_demo_fits_two_screens_and_ends_with_the_report(tmp_path):
     out = Path("out/demo")  # as make demo: relative to where the user stands
     env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="80")

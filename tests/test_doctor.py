@@ -77,7 +77,7 @@ def test_install_keys_native_wheels_by_build_and_cpu(tmp_path):
     assert (tmp_path / "stamp").read_text().startswith("native\n")
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_doctor_fails_in_one_line_on_a_crashing_build(crashing_llama):
     r = subprocess.run([str(Path(sys.executable).with_name("selpe-audit")), "doctor"],
                        env=crashing_llama, capture_output=True, text=True, timeout=900)
@@ -87,7 +87,7 @@ def test_doctor_fails_in_one_line_on_a_crashing_build(crashing_llama):
     assert "Traceback" not in r.stdout + r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_doctor_passes_on_this_install_and_shows_tokens_per_second():
     r = subprocess.run([str(Path(sys.executable).with_name("selpe-audit")), "doctor"],
                        env=dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200"),

@@ -28,7 +28,7 @@ def fresh(prefix: str, k: int) -> list[str]:
 
 # ----- with the real model -------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_rows_are_float32_unit_vectors_in_input_order(embedder):
     texts = ["heart rate in beats per minute: 88", "sex: female", "chief complaint: cough"]
     out = embedder.encode(texts)
@@ -38,7 +38,7 @@ def test_rows_are_float32_unit_vectors_in_input_order(embedder):
     assert embedder.encode([]).shape == (0, embedder.dim)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_duplicates_and_repeats_are_encoded_once(embedder):
     a, b = fresh("dedupe", 2)
     before = embedder.stats
@@ -59,7 +59,7 @@ def test_duplicates_and_repeats_are_encoded_once(embedder):
                                     "dedupe_ratio"}  # counts only: never texts
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_encoding_is_deterministic_across_instances_batches_and_cache_clears(embedder):
     texts = [*fresh("determinism", 5), "oxygen saturation in percent: 97"]
     together = embedder.encode(texts).copy()
@@ -71,13 +71,13 @@ def test_encoding_is_deterministic_across_instances_batches_and_cache_clears(emb
     np.testing.assert_allclose(other.encode(texts), together, atol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_similar_texts_are_closer_than_unrelated_ones(embedder):
     v = embedder.encode(["chest pain", "pain in the chest", "sprained ankle"])
     assert v[0] @ v[1] > v[0] @ v[2]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_info_names_the_model_and_hashes_its_weights(embedder):
     info = embedder.info
     assert info.name == DEFAULT_MODEL_NAME and info.dim == 384 == embedder.dim
@@ -88,7 +88,7 @@ def test_info_names_the_model_and_hashes_its_weights(embedder):
     assert embedder.device in ("cpu", "cuda")
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_encode_rejects_a_bare_string(embedder):
     with pytest.raises(TypeError, match="list of strings"):
         embedder.encode("sex: female")  # type: ignore[arg-type]
@@ -125,7 +125,7 @@ def test_a_folder_that_is_not_a_model_is_a_one_line_user_error(tmp_path):
     _one_line(e, tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_corrupt_model_is_a_one_line_user_error(tmp_path):
     src = default_model_path()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
@@ -153,7 +153,7 @@ def test_weights_hash_of_several_files_is_a_sha256sum_listing(tmp_path):
     assert weights_sha256(tmp_path) == hashlib.sha256(b"aaa").hexdigest()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_one_more_private_row_leaves_every_other_feature_bit_identical(demo_schema, embedder):
     """Item 1 of issue 18: private features are per row (one text at a time, their own
     cache) and candidates never share a batch or a cache with a private text."""
@@ -204,7 +204,7 @@ def _texts(schema, kernel, record) -> list[str]:
             if f.name != schema.label]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_one_private_view_per_embedder(embedder):
     """A release embeds a private text once for its topic and selection (one shared view),
     leaves torch's thread count as it found it, and gets the public path's vectors up to
@@ -222,7 +222,7 @@ def test_one_private_view_per_embedder(embedder):
     assert view.cache_size == 0
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_private_vector_is_the_same_alone_and_in_a_batch_of_others(embedder):
     """Issue 33 item 2, on this machine's backend: every private text's vector, bit for bit,
     is the same when it is encoded alone (its fixed-shape batch otherwise empty fillers) and

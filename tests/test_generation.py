@@ -1,6 +1,6 @@
 """Record generation with the default model, plus model loading and prompt templates.
 
-Tests marked slow run the bundled 270M model on the CPU (a few minutes in all on 2 cores).
+Tests marked `model` run the bundled 270M model on the CPU (a few minutes in all on 2 cores).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def check(records: list[dict], schema: Schema, n: int, cls: int) -> None:
         assert list(r) == [f.name for f in schema.record_fields]
 
 
-# ----- generation (slow: runs the model) ---------------------------------------------------
+# ----- generation (model: runs the model) ---------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_48_single_stage_records_all_validate(llm: LLM, demo_schema: Schema) -> None:
     """48 records (12 batches of the 4 sequences; 200 before: the same paths, a quarter of
     the time); the grammar makes every one valid, and they are not one record repeated."""
@@ -58,7 +58,7 @@ def test_48_single_stage_records_all_validate(llm: LLM, demo_schema: Schema) -> 
     assert len({r["chief_complaint"] for r in records}) > 12  # not one record repeated
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_two_stage_records_validate_with_forced_label(llm: LLM, demo_schema: Schema) -> None:
     pos, neg = examples(demo_schema, 4)
     gen = RecordGenerator(demo_schema, llm, GenerationConfig(seed=2))
@@ -68,7 +68,7 @@ def test_two_stage_records_validate_with_forced_label(llm: LLM, demo_schema: Sch
     assert st.context_tokens > 0 and st.record_tokens > 0 and st.attempts >= 8
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_same_seed_same_records_and_no_fast_forward(llm: LLM, demo_schema: Schema) -> None:
     pos, neg = examples(demo_schema, 1)
     cfg = GenerationConfig(two_stage=False, seed=11, n_parallel=2, fast_forward=False)
@@ -80,7 +80,7 @@ def test_same_seed_same_records_and_no_fast_forward(llm: LLM, demo_schema: Schem
     assert first == again
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_no_examples_still_gives_valid_records(llm: LLM, demo_schema: Schema) -> None:
     """Round one of a selection has no winners yet: the schema alone must do."""
     for two_stage in (False, True):
@@ -88,7 +88,7 @@ def test_no_examples_still_gives_valid_records(llm: LLM, demo_schema: Schema) ->
         check(gen.generate(class_value=5, positives=[], negatives=[], n=2), demo_schema, 2, 5)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_rejected_draws_are_redrawn_under_the_grammar(llm: LLM) -> None:
     """A grammar the model would never follow forces the masked-draw paths."""
     stats = GenerationStats()
@@ -108,7 +108,7 @@ def test_rejected_draws_are_redrawn_under_the_grammar(llm: LLM) -> None:
     assert stats.rejections >= 1
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_prefix_that_extends_another_reuses_its_head(llm: LLM) -> None:
     """A text prompt's topic prefix (few-shot part + topic line) evaluates only the topic
     line, and writes what the same prompt fed whole writes."""
@@ -138,7 +138,7 @@ def test_a_prefix_that_extends_another_reuses_its_head(llm: LLM) -> None:
     assert out[0] == out[1] and out[0].strip()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_prompt_too_long_for_context_is_trimmed(demo_schema: Schema) -> None:
     small = load_llm(n_seq=2, n_ctx=1024)
     try:
@@ -160,7 +160,7 @@ def test_missing_or_bad_model_file_is_a_user_error(tmp_path: Path) -> None:
         load_llm(junk)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_truncated_gguf_is_a_user_error(tmp_path: Path) -> None:
     cut = tmp_path / "cut.gguf"
     with default_llm_path().open("rb") as fh:
@@ -169,7 +169,7 @@ def test_truncated_gguf_is_a_user_error(tmp_path: Path) -> None:
         load_llm(cut)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_default_model_is_reassembled_when_corrupt(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SELPE_AUDIT_CACHE", str(tmp_path))
@@ -189,7 +189,7 @@ def test_default_model_is_reassembled_when_corrupt(tmp_path: Path,
     assert again == path and sha256_file(path) == pkg.EXPECTED_SHA256
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_threads_default_to_the_cpu_quota(llm: LLM) -> None:
     assert llm.n_threads == len(os.sched_getaffinity(0))
     assert llm.info.sha256 and llm.info.name.endswith(".gguf")

@@ -103,7 +103,7 @@ def _canonical(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, ensure_ascii=False, indent=1) + "\n"
 
 
-@pytest.mark.slow  # the topic codebooks and the selection embed texts (the real embedder)
+@pytest.mark.model  # the topic codebooks and the selection embed texts (the real embedder)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_the_demo_artifact_is_the_golden_one(tmp_path, keys, models, planned_rows, variant):
     golden = GOLDEN / f"demo_{variant}.json"

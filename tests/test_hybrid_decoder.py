@@ -1,6 +1,6 @@
 """The LLM decoder on a model-mode artifact (issue #20): fields from the released model, the
 LLM writes only the free text. Uses the small released model of `test_model_decoder` (OpenDP's
-own ``Fixed`` release) and, in the slow tests, the bundled GGUF model."""
+own ``Fixed`` release) and, in the `model` tests, the bundled GGUF model."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_the_text_prompt_carries_fields_topic_texts_and_no_text_slot(released):
     assert "(free text)" not in prefix + suffix  # the field guide the small model copied
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_the_llm_writes_text_only_and_never_changes_a_field(released, llm):
     model = ModelDecoder(released, seed=5)
     dec = HybridDecoder(released, llm, seed=5)
@@ -97,7 +97,7 @@ def test_copy_bans_stop_a_copy_after_the_shared_tokens():
     assert copy_bans((0, *a[1:AVOID_SHARED]), avoid) == []
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_written_texts_copy_neither_the_prompt_nor_each_other(released, llm):
     """The bundled model repeats its few-shot texts word for word unless the engine stops a
     copy after `AVOID_SHARED` tokens (shown texts and texts already written in the call)."""
@@ -121,7 +121,7 @@ def test_written_texts_copy_neither_the_prompt_nor_each_other(released, llm):
     assert not set(long) & set(shown) and len(set(long)) == len(long)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_topic_shown_to_several_drafts_is_read_once(released, llm):
     """Drafts that show the same topic texts share one cached prefix (few-shot part + topic
     line): the topic line is evaluated once, not once per draft and attempt."""
@@ -185,7 +185,7 @@ def test_an_other_records_text_may_not_be_a_released_term(kind):
         assert first is not None and first.opening == "throat" and not first.refused
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_released_phrase_is_kept_and_the_llm_writes_the_other_topic(llm):
     """By default a record whose topic is a released phrase keeps it (the model decoder's
     text) and the LLM writes only "other" records; with paraphrase_phrases it writes all."""
@@ -207,7 +207,7 @@ def test_a_released_phrase_is_kept_and_the_llm_writes_the_other_topic(llm):
     assert every.stats.records + every.stats.fallbacks == n
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_keyword_topics_text_starts_with_its_released_keyword(llm):
     """A long-text (keyword) topic's text keeps what the release says of it: it opens with
     the record's released keyword, as the model decoder wrote it, and the LLM writes on

@@ -1,7 +1,7 @@
 """The multi-channel distance kernel: g in [0, 1], g(s, s) = 0, symmetry, centers, weights.
 
 Features-level properties run without a model (arbitrary unit vectors and numbers); the
-record-level properties use the real bundled embedder (marked slow: loading it takes seconds).
+record-level properties use the real bundled embedder (marked `model`: loading it takes seconds).
 """
 
 from __future__ import annotations
@@ -369,7 +369,7 @@ def record_strategy(schema: Schema) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries(parts)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @given(data=st.data())
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_g_on_random_records_of_a_random_schema(embedder, data):
@@ -388,7 +388,7 @@ def test_g_on_random_records_of_a_random_schema(embedder, data):
     assert np.all(dist >= 0.0) and np.all(dist <= 1.0)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_demo_records_featurize_to_unit_channels_and_sensible_distances(demo_schema, embedder):
     base = {k: v for k, v in good_row().items() if k != "patient_id"}
     chest = dict(base, chief_complaint="chest pain radiating to the left arm", acuity=2)
@@ -410,7 +410,7 @@ def test_demo_records_featurize_to_unit_channels_and_sensible_distances(demo_sch
     assert embedder.stats.cache_hits > 0
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_featurize_errors_do_not_quote_private_values(demo_schema, embedder):
     kernel = Kernel(demo_schema, embedder)
     bad = dict(good_row(), heart_rate="secret-7731")
@@ -424,7 +424,7 @@ def test_featurize_errors_do_not_quote_private_values(demo_schema, embedder):
         Kernel(demo_schema, None).featurize([good_row()])
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_kernel_description_names_the_embedder(demo_schema, embedder):
     desc = Kernel(demo_schema, embedder, KernelConfig(channels="fields+global")).to_json()
     assert desc["embedder"] == embedder.info.to_json()
@@ -433,7 +433,7 @@ def test_kernel_description_names_the_embedder(demo_schema, embedder):
                                     KernelConfig(channels="numeric")).to_json()
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_global_channel_is_the_normalised_sum_of_the_field_vectors(demo_schema, embedder):
     """Issue 33 item 2: ``global`` costs no encode of its own (the linearised record is
     distinct in every row: ~50 ms per private row); it is the record's field vectors summed

@@ -92,7 +92,7 @@ def _run(*args: str, plugin: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_plugin_mode_releases_and_reads_off_site_without_the_plugin(tmp_path, keys):
     plugin = _plugin(tmp_path / "plugin")
     helped = _run("release", "--help", plugin=plugin)

@@ -113,7 +113,7 @@ def test_toy_mode_in_help_config_and_schema(tmp_path, toy):
     assert sel["toy_first"]["required"] == ["rule"]  # a registered mode's block is checked
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_toy_mode_releases_and_reviews(tmp_path, toy):
     """A pool-mode release in the toy mode: a signed artifact the schema accepts (its block
     checked too), the toy's ledger entries, and the review page in the toy's words."""

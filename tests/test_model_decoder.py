@@ -293,7 +293,7 @@ def test_the_model_parts_are_typed_and_optional(release):
 
 # ----- end to end --------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_release_in_fixed_mode_then_decode_with_the_model(tmp_path):
     """A real release of the demo data in model mode (topics from a public pool), decoded in
     a process that must not import the release stage."""

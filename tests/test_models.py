@@ -12,7 +12,7 @@ from conftest import MODEL_LOADS
 from selpe_audit.models import shared
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_the_session_loads_each_model_once(models, llm, embedder):
     assert models is shared()
     assert models.llm() is llm and models.embedder() is embedder

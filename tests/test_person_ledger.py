@@ -32,7 +32,7 @@ from selpe_audit.demo.generator import generate_rows
 from selpe_audit.errors import UserError
 from selpe_audit.schema import demo_schema_path, load_schema, parse_schema
 from tests.conftest import DEMO_SAMPLE, ROOT
-from tests.postgres import ADMIN_PW, postgres_bin, server
+from tests.postgres import ADMIN_PW, server
 
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
 EXPERIMENTS = Installation.for_experiments("tests")
@@ -215,8 +215,6 @@ def test_an_unsigned_raise_appended_to_the_log_changes_nothing(tmp_path):
 @pytest.fixture(scope="module")
 def pg_ledger():
     """A PostgreSQL ledger set up by the administrator's script, its steward role."""
-    if postgres_bin() is None:
-        pytest.skip("PostgreSQL server binaries not installed (scripts/system-deps.sh)")
     with server() as srv:
         srv.execute("CREATE ROLE steward LOGIN PASSWORD 'steward-pw'")
         r = subprocess.run(["psql", "-v", "steward=steward", "-q", "-f",
@@ -231,6 +229,7 @@ def _as_steward(monkeypatch):
     monkeypatch.setenv("PGPASSWORD", "steward-pw")
 
 
+@pytest.mark.postgres
 def test_the_steward_role_can_only_append(pg_ledger, monkeypatch):
     """As the steward: UPDATE, DELETE and TRUNCATE are refused on every table, INSERT and
     SELECT work; a rollback is impossible."""
@@ -262,6 +261,7 @@ def test_the_steward_role_can_only_append(pg_ledger, monkeypatch):
     assert ledger.spent() == (3.0, 0.0)
 
 
+@pytest.mark.postgres
 def test_a_release_against_the_postgres_ledger(pg_ledger, tmp_path, keys, monkeypatch):
     """The installation names the PostgreSQL ledger: a release charges it (people
     included), a second of the same people is held to the cap, and no flag, config or

@@ -203,7 +203,7 @@ def test_the_model_decoder_writes_a_keyword_records_slots_together(phrase_releas
     assert max(lengths) >= 2 and min(lengths) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_word_one_person_holds_reaches_no_output(phrase_release, tmp_path, keys):
     """The canary word (one person, six rows) is in no file the release writes (artifact,
     signatures, review page) and in no decoded record."""

@@ -79,7 +79,7 @@ def pool(demo_schema):
     return rows
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_signal_winners_beat_random_candidates(demo_schema, kernel, pool):
     """At a very large epsilon the winners are closer to the private rows than random picks."""
     priv_rows = [r for r in generate_rows(200, seed=5) if r["acuity"] == 3]
@@ -112,7 +112,7 @@ def _only_class(schema, c):
     return s
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("mode", ["selpe", "pe-histogram", "representatives"])
 def test_pool_mode_release_edge_cases_ledger_and_canary(tmp_path, pool, capfd, mode):
     """Every selection mode: a signed artifact whose ledger is OpenDP's, and nothing private

@@ -28,7 +28,7 @@ def _private(kernel, rows_by_class):
         {c: [r["patient_id"] for r in rows] for c, rows in rows_by_class.items() if rows})
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_identical_candidates_small_and_empty_classes(demo_schema, kernel):
     rows = generate_rows(300, seed=21)
     by_class = {c: [r for r in rows if r["acuity"] == c] for c in demo_schema.classes}
@@ -51,7 +51,7 @@ def test_identical_candidates_small_and_empty_classes(demo_schema, kernel):
             assert all(w == dict(one, acuity=c.class_value) for w in c.winners + c.partners)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_empty_class_selects_uniformly(demo_schema, kernel):
     """With no private rows every batch's utilities are equal: each batch picks uniformly."""
     pool = generate_rows(4, seed=8)

@@ -21,7 +21,7 @@ from selpe_audit.schema import demo_schema_path, load_schema
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_release_with_llm_candidates(tmp_path, capfd):
     rows = generate_rows(80, seed=31)
     rows[0].update(chief_complaint="canary wombat-7713 complaint", patient_id="PCANARY7")
@@ -70,7 +70,7 @@ def test_release_with_llm_candidates(tmp_path, capfd):
     assert not any("wombat-7713" in b or "PCANARY7" in b for b in blobs)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_llm_candidates_of_a_keyword_topic_open_with_its_keyword(llm):
     """Issue 31 item 4: with a DP keyword vocabulary released earlier in the run, a
     candidate of a keyword topic opens with the topic's released keyword and the LLM writes
@@ -95,7 +95,7 @@ def test_llm_candidates_of_a_keyword_topic_open_with_its_keyword(llm):
     assert source.describe()["text"]["written"] >= 1
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_llm_candidates_of_the_other_topic_are_no_released_term(llm):
     """An "other" candidate is written like decode's: real texts of that topic hold no
     released keyword, so it is shown none and may not be one (the small model copied them)."""

@@ -98,7 +98,7 @@ def test_utility_setting_is_checked_and_reaches_the_ledger(tmp_path):
         assert words in entry.scope
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_selection_signal_benchmark_quick(tmp_path):
     """``python -m benchmarks --quick --only selection_signal`` (its runner, in-process): the
     table is on the page and the distances and gap shares are sane."""

@@ -2,7 +2,7 @@
 the Ray backend (a killed worker resumes its part; a tampered artifact is refused everywhere).
 
 Quick tests decode a counts-only artifact with the marginals decoder; the LLM variant is
-`slow`. The Ray tests share one local Ray of 2 CPUs (a module fixture) and skip without the
+marked `model`. The Ray tests share one local Ray of 2 CPUs (a module fixture) and skip without the
 cluster extra.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_decode import copy_artifact, demo_release
+from test_decode import copy_artifact
 
 from decode.checkpoint import Checkpoint, checkpoint_path
 from decode.cluster import NO_RAY, ShardJob, decode_shard, run_on_ray
@@ -36,7 +36,6 @@ from decode.pipeline import (
 from decode.released import released_view
 from decode.shards import WHOLE, Part, all_parts, part_rows, shard_folder, shard_path, split
 from selpe_audit.artifact.document import RELEASE_FILE, read_release
-from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.errors import UserError
 
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
@@ -44,17 +43,15 @@ ENV = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1")
 
 
 @pytest.fixture(scope="module")
-def key(tmp_path_factory) -> tuple[Path, Path]:
-    """The release key: (private, public)."""
-    priv, pub, _ = generate_keypair(tmp_path_factory.mktemp("key") / "release.pem")
-    return priv, pub
+def key(keys) -> tuple[Path, Path]:
+    """The session's release key pair: (private, public)."""
+    return keys[0][0], keys[0][1]
 
 
 @pytest.fixture(scope="module")
-def art(tmp_path_factory, key) -> Path:
-    """A counts-only release of the demo sample, in the default (model) counts mode."""
-    return demo_release(tmp_path_factory.mktemp("counts"), key[0], counts_share=1.0,
-                        selection_share=0.0)
+def art(counts_artifact) -> Path:
+    """The session's counts-only release of the demo sample (conftest)."""
+    return counts_artifact
 
 
 def _released(art: Path, pub: Path):
@@ -161,7 +158,7 @@ def test_three_processes_equal_one(art, key, tmp_path):
     assert whole.read_bytes() != together and whole.read_bytes().count(b"\n") == 300
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_two_llm_processes_equal_one(art, key, tmp_path):
     """The hybrid LLM decoder (fields from the released model, text from the LLM); two parts
     of two rows keep it near two minutes on 2 CPU cores."""

