@@ -43,8 +43,8 @@ Targets (the LLM-text issue): Adult gap within 0.01 of the model decoder's; on t
 path at least 90 % distinct texts, 0 placeholders, text-only TSTR within 0.05 of real text's,
 100 % strict validity and MIA under the bound.
 
-``--quick``: Adult's 2,000/1,000-row split, 100 members, a pool of 120, 4 rows per decode,
-no ``schema without examples`` release.
+``--quick``: Adult's 2,000/1,000-row split, 100 members, 4 rows per decode, the default path
+only (no ``schema without examples`` release, no pool release: its rows are the full run's).
 """
 
 from __future__ import annotations
@@ -89,11 +89,12 @@ class Plan:
     demo_n: int     # rows per demo decode (LLM and not)
     pool: int
     no_examples: bool = True  # the default path again from a schema without text examples
+    pool_release: bool = True  # a release with the public pool's candidates and anchors
 
 
 FULL = Plan(False, members=400, demo_n=100, pool=600)
-# 100 non-members: TPR at 1 % FPR; no third LLM-candidate release in the smoke run
-QUICK = Plan(True, members=100, demo_n=4, pool=120, no_examples=False)
+# 100 non-members: TPR at 1 % FPR; the smoke run releases on the default path only
+QUICK = Plan(True, members=100, demo_n=4, pool=120, no_examples=False, pool_release=False)
 
 
 # ----- Adult ---------------------------------------------------------------------------------
@@ -245,8 +246,6 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
     b = make_bench(folder, sizes)
     n = plan.demo_n
     default, d_doc = _release(b, "default-path", None, **SELECTION)
-    pool_rel, p_doc = _release(b, "pool", ROOT / "selpe_audit/data/demo_release.toml",
-                               candidates=b.pool, **SELECTION)
     rows = [score(b, f"default path: {d}", default, DecodeSettings(n=n, decoder=d))
             for d in ("marginals", "model", "llm")]
     if plan.no_examples:
@@ -254,16 +253,21 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
                            **SELECTION)
         rows.append(score(b, "default path, schema without examples: llm", bare,
                           DecodeSettings(n=n, decoder="llm")))
-    no_exemplars = replace(pool_rel, winners={c: [] for c in pool_rel.classes},
-                           partners={c: [] for c in pool_rel.classes})
-    rows += [score(b, "pool: model (anchor texts)", pool_rel, DecodeSettings(n=n,
-                                                                             decoder="model")),
-             score(b, "pool: llm (exemplars + anchors)", pool_rel,
-                   DecodeSettings(n=n, decoder="llm")),
-             score(b, "pool: llm (anchors only)", pool_rel, DecodeSettings(n=n, decoder="llm"),
-                   prompt_view=no_exemplars),
-             score(b, REAL_SHOWN, default, DecodeSettings(n=n, decoder="llm"),
-                   prompt_view=_real_exemplars(b, default))]
+    pool_s = None
+    if plan.pool_release:
+        pool_rel, p_doc = _release(b, "pool", ROOT / "selpe_audit/data/demo_release.toml",
+                                   candidates=b.pool, **SELECTION)
+        pool_s = p_doc["_seconds"]
+        no_exemplars = replace(pool_rel, winners={c: [] for c in pool_rel.classes},
+                               partners={c: [] for c in pool_rel.classes})
+        rows += [score(b, "pool: model (anchor texts)", pool_rel,
+                       DecodeSettings(n=n, decoder="model")),
+                 score(b, "pool: llm (exemplars + anchors)", pool_rel,
+                       DecodeSettings(n=n, decoder="llm")),
+                 score(b, "pool: llm (anchors only)", pool_rel,
+                       DecodeSettings(n=n, decoder="llm"), prompt_view=no_exemplars)]
+    rows.append(score(b, REAL_SHOWN, default, DecodeSettings(n=n, decoder="llm"),
+                      prompt_view=_real_exemplars(b, default)))
     llm = rows[2]
     tstr_gap = llm["text_tstr"]["gap"]
     bound = llm["mia_tpr_bound_at_1pct"]
@@ -275,7 +279,7 @@ def demo(plan: Plan, folder: Path) -> dict[str, Any]:
                                      for v in llm["mia"].values())}
     return {"members": len(b.members), "n": n, "epsilon": EPSILON,
             "default_path_release": winners_check(b, default, d_doc),
-            "pool_release_s": p_doc["_seconds"], "rows": rows,
+            "pool_release_s": pool_s, "rows": rows,
             "default_path_targets": checks}
 
 

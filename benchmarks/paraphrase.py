@@ -20,7 +20,8 @@ with ``paraphrase_phrases`` (the LLM rewrites it, prompted with it). Each is sco
 same size), distinct share, share of texts that are released phrases, copies of a member
 text that is not a released phrase, record TSTR with the text and blanked. Paraphrase
 should be the default only if it raises the distinct share without lowering text TSTR.
-``--quick``: 6,000 members (at 2,000 no phrase clears the threshold), 8 LLM rows.
+``--quick``: 6,000 members (at 2,000 no phrase clears the threshold), `QUICK_LLM_ROWS` LLM rows,
+the model decoder's 1,000 rows scored (not one per member).
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def _schema(folder: Path) -> Path:
     return out
 
 
+QUICK_LLM_ROWS = 4
+
+
 def run(quick: bool = False, rows: int = 400) -> dict[str, Any]:
     import polars as pl
 
@@ -74,7 +78,7 @@ def run(quick: bool = False, rows: int = 400) -> dict[str, Any]:
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.schema import load_schema
 
-    n, n_test, rows = (6_000, 600, 8) if quick else (20_000, 1_500, rows)
+    n, n_test, rows = (6_000, 600, QUICK_LLM_ROWS) if quick else (20_000, 1_500, rows)
     members, test = short_rows(n, 101), short_rows(n_test, 202)
     lines: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,7 +89,8 @@ def run(quick: bool = False, rows: int = 400) -> dict[str, Any]:
         pl.DataFrame(members).write_csv(data)
         key, trust, _ = generate_keypair(base / "k.pem")
         doc, release_s, out = counts_release(base, data, schema_path, key, True, True)
-        runs = [("model", "model", False, len(members), 0)] + [
+        runs = [("model", "model", False, min(len(members), 1_000) if quick else len(members),
+                 0)] + [
             (label, "llm", paraphrase, rows, seed) for seed in SEEDS
             for label, paraphrase in ((KEEP, False), (PARAPHRASE, True))]
         for label, decoder, paraphrase, size, seed in runs:

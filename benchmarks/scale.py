@@ -20,7 +20,7 @@ the plan, LLM candidates, selection, the phrase vocabulary) on 20,000 rows. Cost
 growth (the log-log slope between sizes) are in the table; the plot is seconds against N on
 log axes.
 
-``--quick``: N = 2,000 and 10,000, no default path (the CI smoke run).
+``--quick``: N = 1,000 and 3,000, no default path (the CI smoke run).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from benchmarks.counts_modes import ROOT, demo_config, demo_rows, demo_settings,
 from release.installation import DEFAULT_MAX_EPSILON
 
 FULL_SIZES = (10_000, 100_000, 1_000_000)
-QUICK_SIZES = (2_000, 10_000)
+QUICK_SIZES = (1_000, 3_000)  # the smoke run: two sizes for a slope, 4,000 rows embedded
 HUGE = 10_000_000
 DEFAULT_PATH_ROWS = 20_000
 FEATURE_ROWS = 100_000

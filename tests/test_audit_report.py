@@ -140,6 +140,7 @@ def test_report_needs_an_html_path_and_stays_out_of_artifacts(tmp_path, capsys):
     assert err.count("\n") == 1 and sorted(p.name for p in art.iterdir()) == ["release.json"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @needs_chromium
 def test_demo_report_in_headless_chromium(tmp_path, demo_schema_path_, models):

@@ -247,6 +247,7 @@ def _halved_parallel_batches(parts, combine):
             TO="ExtrinsicObject")
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 def test_selection_audit_of_the_release_round_flags_a_halved_parallel_batches_map(
         monkeypatch):
@@ -421,6 +422,7 @@ def test_mechanism_cli_model_kind(tmp_path):
     assert not bad["passed"] and bad["mu"]["mu_ci"][0] > bad["mu"]["claimed_mu"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.audit
 @pytest.mark.parametrize("unit", ["row", "person"])
@@ -457,6 +459,7 @@ def test_release_audit_of_the_default_config_passes_and_flags_a_factor_two(unit)
     assert bad["noise_check"]["epsilon_lower"] > bad["noise_check"]["claimed_counts_epsilon"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.audit
 def test_release_audit_with_the_dp_phrase_vocabulary_passes_and_flags_a_factor_two():
@@ -484,6 +487,7 @@ def test_release_audit_with_the_dp_phrase_vocabulary_passes_and_flags_a_factor_t
     assert not bad["passed"] and not bad["noise_check"]["passed"]
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 def test_mechanism_cli_exit_status(tmp_path):
     """The console script's wiring, in a subprocess: exit 1, the FAIL and the report for a
@@ -578,6 +582,7 @@ def test_tfidf_text_leaves_out_the_label(demo_schema):
     assert "acuity" not in text_without_label(record_schema(demo_schema), r)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.audit
 def test_mechanism_cli_release_kind(tmp_path):
@@ -596,6 +601,7 @@ def test_mechanism_cli_release_kind(tmp_path):
     assert audit["noise_check"]["confidence"] == audit["confidence"] == STRICT
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 @pytest.mark.parametrize("mode", ["aim", "mst"])
 def test_adaptive_model_modes_pass_when_correct(demo_schema, mode):
@@ -614,6 +620,7 @@ def test_adaptive_model_modes_pass_when_correct(demo_schema, mode):
     assert good["mu"]["runs_per_dataset"] == 6
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 @pytest.mark.parametrize("mode", ["aim", "mst"])
 def test_adaptive_model_modes_flag_a_factor_ten(demo_schema, mode):

@@ -33,6 +33,7 @@ def _quick(tmp_path, name: str) -> dict:
     return json.loads(out.with_suffix(".json").read_text())[name]["result"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_benchmarks_quick(tmp_path):
     out = _run_runner(tmp_path, "counts,selection,adult")
@@ -48,6 +49,7 @@ def test_benchmarks_quick(tmp_path):
     assert "| epsilon | LR synthetic | LR real | LR gap |" in text
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_decode_benchmark_quick(tmp_path):
     """Decode at reduced size, through the same runner as the full suite."""
@@ -62,6 +64,7 @@ def test_decode_benchmark_quick(tmp_path):
     assert len(repeats["ratios"]) == 1 and 1.0 < repeats["median"] < 10.0
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_generation_benchmark_quick(tmp_path):
     """Generation throughput at reduced size: constrained decoding near unconstrained speed
@@ -74,6 +77,7 @@ def test_generation_benchmark_quick(tmp_path):
     assert 0 <= r["rejection_rate"] < 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.postgres
 def test_builds_database_and_artifact_benchmarks_quick(tmp_path):
@@ -106,6 +110,7 @@ def _sane(row: dict) -> None:
         assert row["tvd_1way"] < 0.8
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_triage_quick(tmp_path):
     """Release -> decode -> audits, every ablation, at smoke size (one LLM row each)."""
@@ -161,6 +166,7 @@ def test_selection_modes_quick(tmp_path):
     assert "| n / class | epsilon | selpe | pe-histogram | representatives" in result["table"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_counts_modes_quick(tmp_path):
     """Every counts mode side by side, the demo and the stage timings, at smoke size,
@@ -190,6 +196,7 @@ def test_counts_modes_quick(tmp_path):
     assert (tmp_path / "plots" / "counts_modes-tvd.svg").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_llm_text_benchmark_quick(tmp_path):
     """Decoders side by side at smoke size: on text-free Adult the LLM decoder's records are
@@ -208,13 +215,16 @@ def test_llm_text_benchmark_quick(tmp_path):
     assert "shown real rows instead (not DP)" in r["summary"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_scale_benchmark_quick(tmp_path):
     """Release stages, decode and private features at two sizes, each in its own process,
     through the runner: every stage timed, memory measured, the table and the log-log plot."""
     out = _run_runner(tmp_path, "scale")
+    from benchmarks.scale import QUICK_SIZES
+
     r = json.loads(out.with_suffix(".json").read_text())["scale"]["result"]
-    assert [x["n"] for x in r["rows"]] == [2_000, 10_000]
+    assert [x["n"] for x in r["rows"]] == list(QUICK_SIZES)
     for x in r["rows"]:
         rel = x["release"]
         for stage in ("read_check_s", "people_s", "phrases_s", "counts_s"):
@@ -225,6 +235,7 @@ def test_scale_benchmark_quick(tmp_path):
     assert "| N | plain read s |" in text and (tmp_path / "plots" / "scale-seconds.svg").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_vocabulary_budget_quick(tmp_path):
     """The vocabulary's share of epsilon at smoke size, through the runner: a larger share
@@ -249,6 +260,7 @@ def test_vocabulary_budget_quick(tmp_path):
     assert "| keywords per unit |" in out.read_text()
 
 
+@pytest.mark.slow
 def test_text_vocabulary_quick(tmp_path):
     """Issue 31's table at smoke size, through the runner: the vocabulary releases terms and
     the model decoder writes only them; cutting the texts' link to the label changes nothing
@@ -266,21 +278,25 @@ def test_text_vocabulary_quick(tmp_path):
     assert "| LR / GB, texts shuffled | LR / GB, real texts label-free |" in out.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_paraphrase_quick(tmp_path):
     """Item 5's measurement at smoke size, through the runner: a phrase field is released as
     phrases, the model decoder writes only released phrases (so never a member text that is
     not one), and the LLM wrote texts both ways."""
+    from benchmarks.paraphrase import QUICK_LLM_ROWS
+
     out = _run_runner(tmp_path, "paraphrase")
     r = json.loads(out.with_suffix(".json").read_text())["paraphrase"]["result"]
     model, *llm = r["runs"]
     assert r["phrases"] > 0 and model["kind"] == "phrases"
     assert model["released_term_share"] == 1.0 and model["private_copy_share"] == 0.0
-    assert len(llm) == 4 and {x["rows"] for x in llm} == {8}
+    assert len(llm) == 4 and {x["rows"] for x in llm} == {QUICK_LLM_ROWS}
     assert 0 < r["keep"]["distinct_share"] <= 1 and 0 < r["paraphrase"]["distinct_share"] <= 1
     assert isinstance(r["paraphrase_helps"], bool) and "## paraphrase" in out.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_exemplar_text_quick(tmp_path):
     """Item 4's measurement at smoke size, through the runner: the default path's exemplar
@@ -298,6 +314,7 @@ def test_exemplar_text_quick(tmp_path):
     assert "| dataset | vocabulary | releases | released keywords |" in out.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_budget_parts_quick(tmp_path):
     """Issue 59's parts of the budget at smoke size, through the runner: each configuration
@@ -392,6 +409,7 @@ def test_a_failing_peer_is_a_failed_cell_and_fails_the_smoke_check(tmp_path, mon
 ADULT_HALVES_MATCHED = 0.380
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_person_ledger_quick(tmp_path):
     """Issue 60's measurements at smoke size, through the runner: a fresh extract's people
@@ -431,6 +449,7 @@ def test_a_resumed_benchmark_runs_only_what_did_not_finish(tmp_path):
     assert not cached.wanted(400, 2) and not cached.wanted(1_000, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_release_time_quick(tmp_path):
     """Issue 59's release time at smoke size, through the runner: each small table released

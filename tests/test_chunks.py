@@ -181,6 +181,7 @@ def test_ray_progress_counts_the_chunks_of_a_part(art, key, tmp_path, monkeypatc
     assert watch.done({1: None}) == made + 10_000
 
 
+@pytest.mark.slow
 def test_memory_is_flat_in_n(art, key, tmp_path):
     """Python's peak allocation for 4x the rows in chunks of 250 stays near that of one
     chunk's worth: nothing grows with N but the file on disk."""

@@ -147,6 +147,7 @@ def _separately_and_together(art: Path, pub: Path, tmp: Path, args: list[str],
     return b"".join(parts), out.read_bytes()
 
 
+@pytest.mark.slow
 def test_three_processes_equal_one(art, key, tmp_path):
     pub = key[1]
     joined, together = _separately_and_together(
@@ -252,6 +253,7 @@ def _kill_worker_midway(ckpt: Path, min_bytes: int, stop: threading.Event,
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_resumes_its_part(ray_session, art, key, tmp_path):
     """SIGKILL the worker of shard 1 midway: Ray reruns the task, which resumes from the
     part's checkpoint; the job ends with the same N records as a decode without Ray."""
