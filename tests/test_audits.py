@@ -328,6 +328,7 @@ def test_gaussian_and_model_claims_flag_an_error_in_the_release_conversion(demo_
         assert not r["passed"]
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 def test_counts_audit_through_opendp(demo_schema):
     """OpenDP's integer Laplace count is tight (its optimal test reaches epsilon exactly),
@@ -354,6 +355,7 @@ def test_mu_audit_statistics():
     assert few["mu_ci"][1] - few["mu_ci"][0] > 2 * 4.0 * math.sqrt(2 / 5)
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 def test_mu_audit_false_fail_rate_is_at_most_what_its_confidence_says():
     """The mu audit of a correct Gaussian claim, 20,000 simulated audits each at 5, 10 and
@@ -372,6 +374,7 @@ def test_mu_audit_false_fail_rate_is_at_most_what_its_confidence_says():
     assert no_noise["mu_estimate"] == math.inf and not no_noise["passed"]
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 @pytest.mark.parametrize("unit", ["row", "person"])
 def test_model_marginals_audit_passes_and_flags_a_factor_ten(demo_schema, unit):
@@ -403,6 +406,7 @@ def test_model_marginals_audit_passes_and_flags_a_factor_ten(demo_schema, unit):
     assert bad["mu"]["mu_ci"][0] > bad["mu"]["claimed_mu"]
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 def test_mechanism_cli_model_kind(tmp_path):
     """The CLI's wiring (in-process): a correct fixed-mode audit at confidence 1 - 1e-4

@@ -353,8 +353,9 @@ def assert_every_peer_ran(result: dict) -> None:
 def test_small_tables_quick(tmp_path):
     """Issue 59's peers at smoke size, through the runner: the default release and
     smartnoise-synth's AIM and MST on the same 400 rows (each must run: a peer that fails
-    fails this test), every gap a difference of AUCs; the page has the table and the gap
-    plot."""
+    fails this test), every gap a difference of AUCs (a peer's may pass 0.5: MST inverts
+    relations at this size, a gap of 0.53 seen), ours within 0.5; the page has the table
+    and the gap plot."""
     out = _run_runner(tmp_path, "small_tables")
     r = json.loads(out.with_suffix(".json").read_text())["small_tables"]["result"]
     assert_every_peer_ran(r)
@@ -362,8 +363,11 @@ def test_small_tables_quick(tmp_path):
     assert by["ours"]["n"] == 400 and by["ours"]["runs"] == 1
     for x in by.values():
         assert x["runs"] == 1, x["synthesizer"]
-        for k in ("lr", "gb", "std_lr", "std_gb"):
-            assert -0.5 < x["gaps"][k]["mean"] < 0.5, (x["synthesizer"], k)
+        for k in ("lr", "gb", "std_lr", "std_gb"):  # a real AUC less a synthetic one
+            real = x["gaps"][f"real_{k}"]["mean"]
+            assert real - 1 <= x["gaps"][k]["mean"] <= real, (x["synthesizer"], k)
+    for k in ("lr", "gb", "std_lr", "std_gb"):  # ours: no peer's inverted relations
+        assert -0.5 < by["ours"]["gaps"][k]["mean"] < 0.5, k
     text = out.read_text()
     assert "| dataset | n | synthesizer |" in text and "small_tables-gap.svg" in text
     assert (out.parent / "plots" / "small_tables-gap.svg").read_text().startswith("<svg")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXE = str(Path(sys.executable).with_name("selpe-audit"))
 
 
@@ -23,6 +25,7 @@ def test_help_lists_every_subcommand():
         assert name in r.stdout
 
 
+@pytest.mark.slow
 def test_keygen(tmp_path):
     r = run("keygen", str(tmp_path / "keys" / "me.pem"))
     assert r.returncode == 0, r.stderr
@@ -97,6 +100,7 @@ def test_every_release_argument_reaches_the_config_field_that_declares_it(tmp_pa
     assert cfg.budget.counts_share == 1.0 and cfg.budget.delta == 1e-4
 
 
+@pytest.mark.slow
 def test_a_selection_mode_without_a_share_says_it_does_not_run(tmp_path):
     """The budget is counts only by default: naming a selection mode alone runs no selection,
     and the release says so in one line, with the flag that gives it a share."""

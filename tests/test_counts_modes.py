@@ -80,6 +80,7 @@ def test_the_model_modes_are_the_registered_ones():
     assert {"fixed", "aim", "mst"} <= set(MODEL_MODES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODEL_MODES)
 def test_model_modes_write_a_signed_artifact_accounted_by_opendp(tmp_path, keys, mode):
     priv, pub, _ = keys

@@ -181,6 +181,7 @@ def _shape(x):
     return type(x).__name__
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_key,
                                                                     tmp_path, demo_schema):

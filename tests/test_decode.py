@@ -380,6 +380,7 @@ def test_checkpoint_refuses_damage_and_other_runs(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_killed_decode_resumes_without_duplicates_or_loss(counts_artifact, keys, tmp_path):
     """SIGKILL a decode mid-generation, rerun the same command, compare with the stream."""
     pub = keys[0][1]

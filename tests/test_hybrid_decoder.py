@@ -52,6 +52,7 @@ def test_a_text_that_echoes_the_fields_line_is_refused():
         assert not echo.search(text), text
 
 
+@pytest.mark.slow
 def test_the_text_prompt_carries_fields_topic_texts_and_no_text_slot(released):
     rec, _ = ModelDecoder(released, seed=1).draw(2, 0)
     f = SCHEMA.field(TEXT)
