@@ -95,9 +95,8 @@ class Sizes:
 
 FULL = Sizes(False, (1.0, 2.0, 4.0, INF), MODES, ("marginals", "fixed"), (2.0,), None, 400,
              20, 1_000_000, 1_000)
-# aim and mst are left out of the smoke run (a minute per Adult release, minutes on the demo's
-# full model; tests/test_counts_modes.py releases every registered model mode, the audits
-# audit them)
+# no aim or mst in the smoke run (minutes a release on Adult or the demo's full model): every
+# registered model mode is released by tests/test_counts_modes.py and audited by the audits
 QUICK = Sizes(True, (2.0,), ("marginals", "fixed"), ("marginals", "fixed"), (2.0,), 2, 120, 1,
               5_000, 0)
 SLOW_MODES = ("aim", "mst")

@@ -8,7 +8,7 @@ its end if anything was loaded twice, or if a test not marked ``model`` asked fo
 (so `make test-fast`, which leaves ``model`` out, provably runs none).
 
 Markers (pyproject.toml) say what a test needs: ``model`` (the LLM or the embedder),
-``slow`` (over ~10 s here), ``peer`` (smartnoise-synth's venv, `make peers`), ``postgres``
+``slow`` (over ~5 s here), ``peer`` (smartnoise-synth's venv, `make peers`), ``postgres``
 (the PostgreSQL server binaries). A ``postgres`` or ``peer`` test whose requirement is missing
 is skipped on a developer's machine and fails in CI (``CI`` set), where `.ci/run` installs
 both: a leg that CI skips guards nothing.

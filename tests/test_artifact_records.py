@@ -40,6 +40,7 @@ def test_the_schema_is_generated_from_the_records():
         assert defs[cls.__name__] == own
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("path", "cls"), [
     (("ledger",), records.Ledger), (("budget",), records.Budget),
     (("privacy_unit",), records.PrivacyUnit), (("guarantees",), records.Guarantees),

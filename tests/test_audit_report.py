@@ -98,6 +98,7 @@ def _hostile_files(d: Path) -> dict[str, Path]:
     return {k: d / f"{k}.csv" for k in ("train", "test", "syn")} | {"schema": d / "schema.json"}
 
 
+@pytest.mark.model
 @pytest.mark.slow
 def test_report_page_escapes_a_crafted_value_and_writes_its_numbers(tmp_path, capsys):
     f = _hostile_files(tmp_path)

@@ -167,6 +167,7 @@ def test_mia_cli_reads_epsilon_from_a_verified_artifact(demo_files, demo_schema_
     assert not any(p.name.startswith("syn_copy.audit") for p in art.iterdir())
 
 
+@pytest.mark.slow
 def test_mia_cli_unverified_artifact_and_fresh_sample(demo_files, demo_schema_path_, artifact,
                                                       tmp_path, capsys):
     art, _ = artifact

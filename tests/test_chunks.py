@@ -84,6 +84,7 @@ def test_chunks_cover_every_row_once_and_continue_each_stream(rows, chunk_rows, 
 
 # ----- chunked output ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_chunked_output_is_the_unchunked_stream_when_nothing_is_selected(art, key, tmp_path):
     """Overgenerate 1 and no fit: every candidate is kept, so the chunks' rows are the class
     streams' first rows, exactly the rows of one chunk - byte for byte."""
@@ -100,6 +101,7 @@ def test_chunked_output_is_the_unchunked_stream_when_nothing_is_selected(art, ke
     assert not list(tmp_path.glob("*.partial.jsonl"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decoder", ["marginals", "model"])
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
 def test_chunked_decode_with_the_fit_matches_the_released_counts_per_chunk(

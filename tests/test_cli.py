@@ -18,6 +18,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@pytest.mark.slow
 def test_help_lists_every_subcommand():
     r = run("--help")
     assert r.returncode == 0
@@ -36,6 +37,7 @@ def test_keygen(tmp_path):
     assert "Traceback" not in again.stderr
 
 
+@pytest.mark.slow
 def test_no_command_prints_help():
     r = run()
     assert r.returncode != 0

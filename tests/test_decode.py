@@ -300,6 +300,7 @@ def copy_artifact(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.model
 def test_bad_inputs_are_one_line_errors(counts_artifact, keys, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")
     (priv, pub, _), (_, rpub, _) = keys

@@ -80,6 +80,7 @@ def _installation(tmp: Path, max_epsilon: float = 20.0) -> tuple[Path, Path]:
     return conf, raise_key
 
 
+@pytest.mark.slow
 @ROOT_ONLY
 def test_a_flag_cannot_raise_the_cap_only_a_signed_ledger_raise_can(tmp_path, keys,
                                                                     monkeypatch):
@@ -256,6 +257,7 @@ def test_guarantee_statements_name_the_unit():
     assert not any("m times epsilon" in s for s in person.statements)
 
 
+@pytest.mark.slow
 def test_review_html_words_the_guarantee_by_unit(tmp_path, keys):
     person = run_release(_cfg(tmp_path / "p", keys[0], dataset="p")).doc
     assert person["privacy_unit"]["protects"] == "any one person, up to 2 rows each in the counts"

@@ -139,6 +139,7 @@ def test_a_broken_plugin_is_one_line_naming_it(tmp_path):
     assert "selection mode plugin 'toy' (toy_mode) failed to load" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_plugin_audit_is_a_subcommand_and_writes_its_report(tmp_path):
     """docs/architecture.md's audit recipe, in a package of its own: registered through the
     entry point, offered by ``audit --help`` only where installed, run with the shared

@@ -136,6 +136,7 @@ def decoder(release):
 
 # ----- the model ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rebuilt_model_equals_the_released_one(release):
     table, block = release
     model = rebuild_model(parse_model(json.loads(json.dumps(block))))

@@ -67,6 +67,7 @@ def _release(tmp: Path, key: Path, data: Path, tag: str, epsilon: float,
 
 # ----- item 1: budget by person, across extracts --------------------------------------------
 
+@pytest.mark.slow
 def test_perturbed_and_rekeyed_copies_are_the_same_people(tmp_path, keys):
     """After epsilon 6 of the cap 10 on the demo rows, the same rows re-keyed (a prefix on
     every id), with age + 1, with the complaint upper-cased or a trailing space, or with
@@ -99,6 +100,7 @@ def test_perturbed_and_rekeyed_copies_are_the_same_people(tmp_path, keys):
     assert ledger.spent() == (0.0, 0.0)  # refused before any mechanism: given back
 
 
+@pytest.mark.slow
 def test_one_person_in_many_small_extracts_is_held_to_the_cap(tmp_path, keys, schema):
     """One patient's rows mixed into three extracts of 100 other people each: the third
     release at epsilon 4 would take that person to 12 > 10: refused (1 person); with
@@ -140,6 +142,7 @@ def test_linkage_fields_match_a_person_whose_records_differ(tmp_path, schema):
         parse_schema({**raw, "x-linkage": ["patient_id"]})
 
 
+@pytest.mark.slow
 def test_new_people_are_released_after_the_cap_was_spent(tmp_path, keys, schema):
     """The demo rows spent the whole cap; extracts of new people from the generator (five
     seeds) are released, none of their people matched to a charged one."""
@@ -261,6 +264,7 @@ def test_the_steward_role_can_only_append(pg_ledger, monkeypatch):
     assert ledger.spent() == (3.0, 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_release_against_the_postgres_ledger(pg_ledger, tmp_path, keys, monkeypatch):
     """The installation names the PostgreSQL ledger: a release charges it (people
@@ -345,6 +349,7 @@ def test_a_ledger_named_by_the_installation_cannot_be_escaped(tmp_path, monkeypa
 
 # ----- item 4: nothing private left behind -----------------------------------------------------
 
+@pytest.mark.slow
 def test_a_killed_release_leaves_no_spool_and_a_later_one_sweeps(tmp_path, keys, monkeypatch):
     """A spool folder of a process that is gone is deleted when the next release starts; a
     release stopped with SIGTERM deletes its own on the way out."""
@@ -381,6 +386,7 @@ def test_a_killed_release_leaves_no_spool_and_a_later_one_sweeps(tmp_path, keys,
     assert not list(spools.glob(f"{SPOOL_PREFIX}*"))
 
 
+@pytest.mark.slow
 def test_an_output_folder_that_is_or_holds_a_symlink_is_refused(tmp_path, keys):
     target = tmp_path / "target"
     target.mkdir()

@@ -164,6 +164,7 @@ def phrase_release(tmp_path_factory, keys):
     return _phrase_release(tmp_path_factory.mktemp("phrases"), keys[0][0])
 
 
+@pytest.mark.slow
 def test_the_default_model_path_releases_a_keyword_vocabulary(phrase_release):
     doc, cfg = phrase_release["doc"], phrase_release["cfg"]
     topics = doc["counts"]["topics"]["chief_complaint"]
@@ -185,6 +186,7 @@ def test_the_default_model_path_releases_a_keyword_vocabulary(phrase_release):
             "topic:chief_complaint#3"} <= set(model_cols)
 
 
+@pytest.mark.slow
 def test_the_model_decoder_writes_a_keyword_records_slots_together(phrase_release, keys):
     """A keyword record's text is its slots' released keywords (several in some records),
     never a word the vocabulary lacks; the LLM is shown that text as the record's topic."""
@@ -315,6 +317,7 @@ def test_review_flags_a_released_term_that_looks_like_personal_data():
     assert "phrases 1" in warnings[0].where
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 @pytest.mark.parametrize("kind", ["phrases", "keywords"])
 def test_the_phrase_release_passes_the_mechanism_audit_and_a_factor_ten_is_caught(kind):

@@ -78,6 +78,7 @@ def test_size_workload_merges_bins_and_measures_a_sparse_field_alone():
     assert all(f.margin == "class" for f in off.fields)
 
 
+@pytest.mark.slow
 def test_the_workload_reads_the_schema_and_the_count_only(tmp_path, keys):
     """Two tables of the same size with different contents: each artifact's plan is what
     `plan_release` makes of its DP count alone, and given the same count both tables get
@@ -167,6 +168,7 @@ def test_a_model_column_must_merge_public_bins():
     assert not merged_edges(public, (0, 50, 40, 99))  # not in order
 
 
+@pytest.mark.slow
 def test_a_vocabulary_the_table_cannot_support_is_skipped(tmp_path, keys):
     """On the bundled 400 demo rows a keyword written by 1 unit in 20 stays below OpenDP's
     threshold: the vocabulary does not run (no ledger entry, no topic column), its epsilon

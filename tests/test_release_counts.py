@@ -334,6 +334,7 @@ def test_the_default_unit_is_the_person_when_the_schema_names_one(tmp_path, keys
     assert "any one person" in doc["privacy_unit"]["protects"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["marginals", "fixed"])
 def test_opendp_reads_the_rows_from_a_private_spool_deleted_after_the_release(
         tmp_path, keys, monkeypatch, mode):

@@ -116,6 +116,7 @@ def hostile_artifact(tmp_path_factory, demo_artifact, keys) -> Path:
 
 # ----- the demo artifact, rendered ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_review_cli_shows_everything(demo_artifact, keys, tmp_path):
     html_path = tmp_path / "page.html"
     r = cli("review", str(demo_artifact), "--trust", str(keys["release"][1]),
@@ -132,6 +133,7 @@ def test_review_cli_shows_everything(demo_artifact, keys, tmp_path):
     assert html_path.read_text().startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.slow
 def test_review_without_trust_lists_signatures_unchecked(demo_artifact):
     r = cli("review", str(demo_artifact))
     assert r.returncode == 0, r.stderr
@@ -169,6 +171,7 @@ def test_write_review_html_default_path(demo_artifact, tmp_path):
     assert not list(art.glob(".review.html.*"))  # atomic write left no temporary file
 
 
+@pytest.mark.slow
 def test_review_tolerates_unknown_keys_and_refuses_odd_shapes(demo_artifact, keys, tmp_path):
     """Keys a later format adds, anywhere, still review; a block that is not its record
     (the artifact model's JSON Schema) is refused in one line naming where, not guessed at."""
@@ -226,6 +229,7 @@ def test_html_escapes_every_text_from_the_artifact(hostile_artifact):
     assert "\\x1b[31m" in page and "\\u202e" in page
 
 
+@pytest.mark.slow
 def test_terminal_view_shows_control_codes_instead_of_obeying_them(hostile_artifact):
     r = cli("review", str(hostile_artifact))
     assert r.returncode == 0, r.stderr
@@ -234,6 +238,7 @@ def test_terminal_view_shows_control_codes_instead_of_obeying_them(hostile_artif
     assert XSS[0] in r.stdout  # shown literally, as text
 
 
+@pytest.mark.slow
 def test_review_counts_warnings_by_kind_and_lists_each_with_all(hostile_artifact):
     doc = read_release_unverified(hostile_artifact)
     ws = review_warnings(doc)
@@ -311,6 +316,7 @@ def artifact(demo_artifact, tmp_path) -> Path:
     return art
 
 
+@pytest.mark.slow
 def test_approval_counts_only_with_the_reviewer_key_trusted(artifact, keys):
     (_, pub, _), (rpriv, rpub, rkid) = keys["release"], keys["reviewer"]
     with pytest.raises(UserError, match="0 approval"):
@@ -327,6 +333,7 @@ def test_approval_counts_only_with_the_reviewer_key_trusted(artifact, keys):
     assert sorted(s.status for s in statuses) == ["verified", "verified"]
 
 
+@pytest.mark.slow
 def test_approval_over_a_changed_file_does_not_count(artifact, keys):
     (_, pub, _), (rpriv, rpub, rkid) = keys["release"], keys["reviewer"]
     assert cli("approve", str(artifact), "--key", str(rpriv), "--release-key", str(pub),
@@ -344,6 +351,7 @@ def test_approval_over_a_changed_file_does_not_count(artifact, keys):
     assert [w.kind for w in signature_warnings(doc, statuses)] == ["signature", "signature"]
 
 
+@pytest.mark.slow
 def test_approve_refuses_the_release_key(artifact, keys):
     r = cli("approve", str(artifact), "--key", str(keys["release"][0]), "--release-key",
             str(keys["release"][1]), "--yes")
@@ -353,6 +361,7 @@ def test_approve_refuses_the_release_key(artifact, keys):
     assert len(list((artifact / SIGNATURES_DIR).glob("*.sig"))) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["deleted", "garbage"])
 def test_approve_refuses_without_a_valid_release_signature(artifact, keys, damage):
     """Nothing is shown or signed unless the named release key signed these bytes."""
@@ -376,6 +385,7 @@ def test_approve_without_a_terminal_needs_yes(artifact, keys):
     assert len(list((artifact / SIGNATURES_DIR).glob("*.sig"))) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer,signed", [("n", False), ("y", True)])
 def test_approve_asks_on_a_terminal(artifact, keys, answer, signed):
     rkid = keys["reviewer"][2]

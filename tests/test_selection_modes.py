@@ -143,6 +143,7 @@ def test_run_selection_accounting_and_winners(demo_schema, kernel, mode):
             assert 1 <= len(c.winners) <= r.quota
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 @pytest.mark.parametrize("mode", GAUSSIAN)
 def test_mechanism_audit_passes_and_catches_miscalibration(demo_schema, mode):
@@ -172,6 +173,7 @@ def test_mu_audit_flags_a_factor_ten_in_the_noise(demo_schema, mode):
     assert bad["details"]["mu"] == pytest.approx(10 * bad["mu"]["claimed_mu"], rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.audit
 def test_mechanism_cli_runs_a_gaussian_mode(tmp_path):
     """The console script's wiring: a correct mode at confidence 1 - 1e-4 exits 0."""
