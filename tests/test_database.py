@@ -222,6 +222,7 @@ def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_
         assert location not in artifact
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "password", "message"), [
     (["--table", "triage"], "wrong-pw", "authentication failed"),
     (["--query", "SELECT nope FROM triage", "--dataset", "t"], READER_PW, "does not exist"),

@@ -161,6 +161,7 @@ def phrase_released(kind: str = "phrases"):
     return released_from(doc), vocab
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["phrases", "keywords"])
 def test_an_other_records_text_may_not_be_a_released_term(kind):
     """No real text of a DP vocabulary's "other" topic is one of its released terms. Shown

@@ -220,6 +220,7 @@ def test_a_word_one_person_holds_reaches_no_output(phrase_release, tmp_path, key
     assert any("chest" in t for t in texts)
 
 
+@pytest.mark.slow
 def test_the_model_decoder_draws_other_topic_texts_alike_in_every_class(phrase_release, keys):
     """Issue 31 item 3: a record of topic "other" gets a released term drawn the same way
     whatever its class (chi-square homogeneity across classes; a false failure has

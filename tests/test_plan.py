@@ -111,6 +111,7 @@ def _count(plan: dict) -> NoisyCount:
     return NoisyCount(plan["rows"], "Integer Laplace", plan["rows_scale"], plan["rows_epsilon"])
 
 
+@pytest.mark.slow
 def test_the_ledger_shows_the_row_count(tmp_path, keys):
     """The plan's count is an OpenDP integer Laplace count at `SIZE_SHARE` of epsilon, in
     the ledger and in the plan; the totals add up to the budget."""
@@ -130,6 +131,7 @@ def test_the_ledger_shows_the_row_count(tmp_path, keys):
     assert "row count" in doc["ledger"]["accountant"]
 
 
+@pytest.mark.slow
 def test_decode_draws_a_number_within_its_merged_bin(tmp_path, keys):
     """A merged bin is drawn uniformly among all its grid points (both sides of a removed
     public edge), and the class-conditional histogram the artifact shows stays over the
@@ -203,6 +205,7 @@ def test_the_review_shows_the_plan_with_its_reasons(tmp_path, keys):
         assert c["part"] in page and c["reason"].split(":")[0] in page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_contributions", [1, 2])
 def test_the_planned_noise_is_the_noise_opendp_adds(tmp_path, keys, max_contributions):
     """The plan's standard deviation of a class x field cell is the one OpenDP gives the
