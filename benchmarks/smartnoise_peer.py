@@ -46,11 +46,10 @@ def venv_path() -> Path:
 
 def peer_python() -> Path:
     """The peer venv's python; `PeerFailed` when `make peers` has not built it."""
-    python = venv_path() / "bin" / "python"
-    if not (venv_path() / ".built").exists():
-        raise PeerFailed(f"the smartnoise-synth venv is not built ({venv_path()}): run "
-                         "`make peers`")
-    return python
+    venv = venv_path()
+    if not (venv / ".built").exists():
+        raise PeerFailed(f"the smartnoise-synth venv is not built ({venv}): run `make peers`")
+    return venv / "bin" / "python"
 
 
 def build_env() -> Path:
