@@ -30,15 +30,21 @@ lint: $(VENV)/.installed
 peers: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.smartnoise_peer --build
 
+# One pytest worker per usable CPU, each kept to its own CPU (tests/conftest.py); a test file
+# runs whole on one worker, the benchmark smoke runs and audits one by one, longest first.
+# `make test PARALLEL=` runs in one process.
+WORKERS ?= $(shell nproc)
+PARALLEL ?= -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+
 # Every test, every marker (CI runs this): model (the bundled LLM or embedder), slow (over
 # ~20 s), peer (smartnoise-synth), postgres, install (the offline wheelhouse install, for
 # real) and audit (Monte-Carlo privacy audits).
 test: lint peers
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PARALLEL)
 
 # The quick loop while developing (<= 5 minutes): no model, nothing slow, no peer, no install.
 test-fast: lint
-	$(BIN)/python -m pytest -m "not model and not slow and not peer and not install"
+	$(BIN)/python -m pytest $(PARALLEL) -m "not model and not slow and not peer and not install"
 
 bench: $(VENV)/.installed peers
 	$(BIN)/python -m benchmarks

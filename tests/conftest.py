@@ -24,6 +24,14 @@ from pathlib import Path
 
 import pytest
 
+# `make test` runs one pytest worker per usable CPU (pytest-xdist): each worker keeps to its
+# own CPU, before torch, JAX or llama.cpp size their thread pools, so two LLM or embedder
+# tests side by side never fight over the same cores (llama.cpp threads spin: two decodes on
+# two shared cores run 10-20x slower than on one core each).
+if (_WORKER := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
+    _cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {_cpus[int(_WORKER[2:]) % len(_cpus)]})
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # JAX keeps compiled programs for this session (and the CLI subprocesses it starts): mbi's
@@ -121,18 +129,62 @@ def _model_loads():
     mp.undo()
 
 
+#: files whose tests are each a unit of work of their own for `make test`'s workers (whole
+#: studies and Monte-Carlo audits, tens of seconds each, no costly module fixtures); every
+#: other file runs whole on one worker, so its module fixtures are built once
+SPREAD_FILES = {"test_benchmarks_smoke.py", "test_audits.py"}
+
+
+def _weight(item: pytest.Item) -> float:
+    """A rough cost, to hand out the longest work first (the last test of a run is short)."""
+    if item.get_closest_marker("slow"):
+        return 30.0
+    return 3.0 if item.get_closest_marker("model") else 0.3
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`--dist loadgroup`): a file is one unit of work, but for
+    SPREAD_FILES where each test is one; units ordered longest first."""
+    if not _WORKER:
+        return
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        unit = item.nodeid if item.path.name in SPREAD_FILES else item.path.name
+        if unit == item.path.name:
+            item.add_marker(pytest.mark.xdist_group(unit))
+        units.setdefault(unit, []).append(item)
+    ordered = sorted(units.values(), key=lambda unit: -sum(map(_weight, unit)))
+    items[:] = [item for unit in ordered for item in unit]
+
+
+def _model_problems() -> list[str]:
+    """What this process's tests did wrong with the models (the session fails on any)."""
+    problems = [f"models loaded more than once in this session (use the `models` fixture): "
+                f"{kind} {what}: {n} times" for (kind, what), n in MODEL_LOADS.items() if n > 1]
+    problems += [f"a test asked for a model without the `model` marker: {name}"
+                 for name in sorted(UNMARKED_MODEL_USE)]
+    return problems
+
+
+#: problems the workers reported (`pytest_testnodedown`), for the controller's session end
+WORKER_PROBLEMS: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    WORKER_PROBLEMS.extend(getattr(node, "workeroutput", {}).get("model_problems", []))
+
+
 def pytest_sessionfinish(session, exitstatus):
     if "_JAX_CACHE" in globals():
         shutil.rmtree(_JAX_CACHE, ignore_errors=True)
-    twice = {k: n for k, n in MODEL_LOADS.items() if n > 1}
-    if twice:
-        lines = "\n".join(f"  {kind} {what}: {n} times" for (kind, what), n in twice.items())
-        print(f"\nmodels loaded more than once in this session (use the `models` "
-              f"fixture):\n{lines}")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if UNMARKED_MODEL_USE:
-        names = "\n".join(f"  {n}" for n in sorted(UNMARKED_MODEL_USE))
-        print(f"\ntests that asked for a model without the `model` marker:\n{names}")
+    problems = _model_problems()
+    if hasattr(session.config, "workeroutput"):  # a worker: its controller reports them
+        session.config.workeroutput["model_problems"] = problems
+        return
+    problems += WORKER_PROBLEMS
+    if problems:
+        print("\n" + "\n".join(problems))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
