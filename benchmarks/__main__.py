@@ -112,19 +112,7 @@ def _text_vocabulary(quick: bool) -> dict[str, Any]:
     return text_vocabulary.run(quick)
 
 
-def _vocabulary_budget(quick: bool) -> dict[str, Any]:
-    from benchmarks import vocabulary_budget
-    return vocabulary_budget.run(quick)
 
-
-def _exemplar_text(quick: bool) -> dict[str, Any]:
-    from benchmarks import exemplar_text
-    return exemplar_text.run(quick)
-
-
-def _paraphrase(quick: bool) -> dict[str, Any]:
-    from benchmarks import paraphrase
-    return paraphrase.run(quick)
 
 
 def _audit_report(quick: bool) -> dict[str, Any]:
@@ -190,9 +178,6 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "triage": ("python -m benchmarks.triage", _triage),
     "llm_text": ("python -m benchmarks.llm_text", _llm_text),
     "text_vocabulary": ("python -m benchmarks.text_vocabulary", _text_vocabulary),
-    "vocabulary_budget": ("python -m benchmarks.vocabulary_budget", _vocabulary_budget),
-    "paraphrase": ("python -m benchmarks.paraphrase", _paraphrase),
-    "exemplar_text": ("python -m benchmarks.exemplar_text", _exemplar_text),
     "decode": ("python -m benchmarks.decode", _decode),
     "shards": ("python -m benchmarks.shards", _shards),
     "scale": ("python -m benchmarks.scale", _scale),  # 10^7 rows too: --huge

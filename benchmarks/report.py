@@ -433,6 +433,8 @@ def section(name: str, entry: dict[str, Any], plots: list[tuple[str, str]]) -> l
     lines = [f"## {name}", "",
              f"`{entry['command']}` · {entry['date']} · {entry['seconds']:.0f} s"
              + (f" · commit {commit.group(1)}" if commit else ""), ""]
+    if "retired" in entry:  # a decided study: its code is gone, its last numbers stay
+        lines += [f"**Retired** {_one_line(entry['retired'])}.", ""]
     if "error" in r:
         return [*lines, f"**Failed:** {_one_line(str(r['error']))}", ""]
     if "last_failure" in entry:

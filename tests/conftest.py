@@ -142,6 +142,7 @@ def _weight(item: pytest.Item) -> float:
     return 3.0 if item.get_closest_marker("model") else 0.3
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`--dist loadgroup`): a file is one unit of work, but for
     SPREAD_FILES where each test is one; units ordered longest first."""

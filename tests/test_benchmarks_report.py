@@ -89,6 +89,14 @@ def test_render_the_stored_results_is_short(tmp_path):
         assert f"## {name}" in text
     section = text.split("## ")[1:]
     assert all("|---|" in s or "**Failed:**" in s for s in section)  # a table in each
+    # a retired study keeps its numbers on the page, after the live ones, saying so
+    from benchmarks.__main__ import BENCHMARKS
+
+    retired = [n for n, e in names.items() if "retired" in e]
+    assert retired and not set(retired) & set(BENCHMARKS)
+    for name in retired:
+        part = text.split(f"## {name}\n")[1].split("\n## ")[0]
+        assert "**Retired** " in part and "|---|" in part
 
 
 def test_svg_charts_escape_and_parse():

@@ -236,30 +236,6 @@ def test_scale_benchmark_quick(tmp_path):
     assert "| N | plain read s |" in text and (tmp_path / "plots" / "scale-seconds.svg").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.model
-def test_vocabulary_budget_quick(tmp_path):
-    """The vocabulary's share of epsilon at smoke size, through the runner: a larger share
-    releases more keywords and raises the ceiling; more keywords per unit raise OpenDP's
-    threshold; every number is an AUC; the page has the tables."""
-    out = _run_runner(tmp_path, "vocabulary_budget")
-    r = json.loads(out.with_suffix(".json").read_text())["vocabulary_budget"]["result"]
-    by_share = {x["decoder"]: x for x in r["results"]}
-    low, high = by_share["model, share 0.2, slots 1"], by_share["model, share 0.4, slots 1"]
-    assert high["terms"]["mean"] > low["terms"]["mean"] > 0
-    assert high["text_tstr_ceiling"]["mean"] > low["text_tstr_ceiling"]["mean"]
-    for x in (low, high):
-        assert 0.5 < x["text_tstr_real"]["mean"] <= 1  # the demo's text tells the acuity
-        assert 0.5 < x["record_blanked"]["lr"]["mean"] <= 1
-    assert "| dataset | phrase_share, keyword_slots |" in out.read_text()
-    ceiling = {c["per_unit"]: c for c in r["ceiling"]}
-    assert sorted(ceiling) == [1, 4] and all(c["share"] == 0.2 for c in ceiling.values())
-    # four keywords a unit: OpenDP's threshold rises with what one unit may change
-    assert ceiling[4]["threshold"]["mean"] > ceiling[1]["threshold"]["mean"]
-    for c in ceiling.values():
-        assert 0.5 <= c["ceiling"]["mean"] <= c["real"]["mean"] <= 1
-    assert "| keywords per unit |" in out.read_text()
-
 
 @pytest.mark.slow
 def test_text_vocabulary_quick(tmp_path):
@@ -279,40 +255,6 @@ def test_text_vocabulary_quick(tmp_path):
     assert "| LR / GB, texts shuffled | LR / GB, real texts label-free |" in out.read_text()
 
 
-@pytest.mark.slow
-@pytest.mark.model
-def test_paraphrase_quick(tmp_path):
-    """Item 5's measurement at smoke size, through the runner: a phrase field is released as
-    phrases, the model decoder writes only released phrases (so never a member text that is
-    not one), and the LLM wrote texts both ways."""
-    from benchmarks.paraphrase import QUICK_LLM_ROWS
-
-    out = _run_runner(tmp_path, "paraphrase")
-    r = json.loads(out.with_suffix(".json").read_text())["paraphrase"]["result"]
-    model, *llm = r["runs"]
-    assert r["phrases"] > 0 and model["kind"] == "phrases"
-    assert model["released_term_share"] == 1.0 and model["private_copy_share"] == 0.0
-    assert len(llm) == 4 and {x["rows"] for x in llm} == {QUICK_LLM_ROWS}
-    assert 0 < r["keep"]["distinct_share"] <= 1 and 0 < r["paraphrase"]["distinct_share"] <= 1
-    assert isinstance(r["paraphrase_helps"], bool) and "## paraphrase" in out.read_text()
-
-
-@pytest.mark.slow
-@pytest.mark.model
-def test_exemplar_text_quick(tmp_path):
-    """Item 4's measurement at smoke size, through the runner: the default path's exemplar
-    texts, vocabulary on and off, scored against the released keywords; every share is a
-    share and the page has the table."""
-    out = _run_runner(tmp_path, "exemplar_text")
-    r = json.loads(out.with_suffix(".json").read_text())["exemplar_text"]["result"]
-    on, off = (next(x for x in r["results"] if x["vocabulary"] is v) for v in (True, False))
-    assert on["terms"]["mean"] >= 1 and on["exemplars"]["mean"] > 0  # 5 classes x winner, partner
-    for x in (on, off):
-        for k in ("holds_keyword", "opens_with_keyword", "keyword_alone", "distinct"):
-            assert 0 <= x[k]["mean"] <= 1, k
-        assert x["opens_with_keyword"]["mean"] <= x["holds_keyword"]["mean"]
-        assert x["placeholders"]["mean"] == 0
-    assert "| dataset | vocabulary | releases | released keywords |" in out.read_text()
 
 
 @pytest.mark.slow

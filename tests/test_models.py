@@ -6,6 +6,8 @@ constructed in this session, and the session fails at its end if any was loaded 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import MODEL_LOADS
 
@@ -22,3 +24,14 @@ def test_the_session_loads_each_model_once(models, llm, embedder):
              and "n_ctx=4096 n_seq=4 " in k[1]}
     assert list(loads.values()) == [1], loads  # the counter sees the one load
     assert sum(1 for kind, _ in MODEL_LOADS if kind == "embedder") >= 1
+
+
+def test_a_worker_keeps_to_its_own_cpu():
+    """Under `make test`'s pytest workers each keeps to one CPU of its own (tests/conftest.py),
+    which llama.cpp's and torch's thread counts follow: two workers never share a core."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("one process: no pytest-xdist workers")
+    assert len(os.sched_getaffinity(0)) == 1
+    import torch
+
+    assert torch.get_num_threads() == 1

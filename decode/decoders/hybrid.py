@@ -11,8 +11,8 @@ ends at the closing quote. A record whose topic is a released *phrase* (a short-
 DP vocabulary) keeps that phrase as the model decoder wrote it: the LLM writes "other" and
 long-text (keyword) topics, where the model has no text of its own, and rewrites released
 phrases only with ``paraphrase_phrases`` (off: measured to vary the text but carry less of
-the label, `benchmarks.paraphrase`). A keyword topic's text opens with the record's released
-keywords, and the LLM writes on from them (`_opening`).
+the label, the retired study `paraphrase` in benchmarks/RESULTS.md). A keyword topic's text
+opens with the record's released keywords, and the LLM writes on from them (`_opening`).
 An "other" record's text may not be a released term, and a keyword field's "other" record
 is shown none (`selpe_audit.llm.text.other_draft`).
 A text is kept when it fits the field's length limits, is not a placeholder (the field's name
