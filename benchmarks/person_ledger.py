@@ -63,7 +63,7 @@ def false_matches(base: Path, seeds: tuple[int, ...]) -> dict[str, Any]:
     from release.config_file import load_config
     from release.installation import Installation
     from release.ledger import LifetimeLedger
-    from release.ledger_people import People, histories, person_keys
+    from release.ledger_people import histories, person_keys
     from release.ledger_store import FolderStore
     from release.pipeline import run_release
     from release.private_data import polars_dtypes
@@ -85,9 +85,8 @@ def false_matches(base: Path, seeds: tuple[int, ...]) -> dict[str, Any]:
         rows = generate_rows(400, seed=seed)
         frame = pl.DataFrame(rows, schema_overrides=polars_dtypes(schema),
                              infer_schema_length=None)
-        charged = [People.from_bytes(store.people(e)) for e in store.events()
-                   if e["kind"] == "people"]
-        new = person_keys(store.key(), frame, schema, "patient_id")
+        charged = [store.people(e) for e in store.events() if e["kind"] == "people"]
+        new = person_keys(store.key(), frame, schema, "patient_id", store.link)
         matched = float((histories(new, charged) != 0).any(axis=1).mean())
         data = base / f"fresh-{seed}.csv"
         frame.write_csv(data)
@@ -102,15 +101,16 @@ def false_matches(base: Path, seeds: tuple[int, ...]) -> dict[str, Any]:
         print(f"fresh extract {seed}: {matched:.3f} of its people matched, released "
               f"{released}", flush=True)
     spent = LifetimeLedger(ledger, "sample", installation=inst).spent()[0]
-    return {"demo": demo, "sample_spent": spent, "adult": _adult_halves()}
+    return {"demo": demo, "sample_spent": spent, "adult": _adult_halves(base)}
 
 
-def _adult_halves() -> dict[str, Any]:
+def _adult_halves(base: Path) -> dict[str, Any]:
     """The share of one random half of Adult's people (rows) matched to the other half's."""
     import numpy as np
 
     from benchmarks import adult
     from release.ledger_people import histories, person_keys, spends, with_release
+    from release.ledger_store import FolderStore
     from selpe_audit.schema import load_schema
 
     train, _, schema_path = adult.load()
@@ -118,11 +118,11 @@ def _adult_halves() -> dict[str, Any]:
     order = np.random.default_rng(7).permutation(train.height)
     half = train.height // 2
     first, second = train[order[:half].tolist()], train[order[half:].tolist()]
-    key = b"b" * 32
-    charged = person_keys(key, first, schema, None)
+    store = FolderStore(base / "adult-ledger")
+    charged = person_keys(store.key(), first, schema, None, store.link)
     charged = charged.subset(np.ones(charged.count, bool),
                              with_release(histories(charged, []), 0))
-    new = person_keys(key, second, schema, None)
+    new = person_keys(store.key(), second, schema, None, store.link)
     share = float((spends(histories(new, [charged]), [1.0]) > 0).mean())
     distinct = first.unique().height / first.height
     print(f"adult halves: {share:.3f} of the second half matched", flush=True)
@@ -151,13 +151,13 @@ def _speed_child(rows: int, charged: int, folder: str) -> None:
     store = FolderStore(folder)
     inst = Installation(max_epsilon=1e6, source="benchmark")
     ledger = LifetimeLedger(folder, "charged", installation=inst, store=store)
-    people = person_keys(store.key(), frame, schema, "patient_id")
+    people = person_keys(store.key(), frame, schema, "patient_id", store.link)
     for _ in range(charged):
         rid = ledger.reserve(1.0)
         number = len([e for e in store.events() if e["kind"] == "reserve"]) - 1
         history = with_release(np.zeros((people.count, 0), dtype=np.uint64), number)
-        store.append({"kind": "people", "rid": rid, "people": people.count},
-                     people.subset(np.ones(people.count, bool), history).to_bytes())
+        store.charge(rid, people.subset(np.ones(people.count, bool), history))
+        store.measuring(rid)
         ledger.finish(rid, "released")
     fresh = LifetimeLedger(folder, "new", installation=inst, store=store)
     rid = fresh.reserve(1.0)
@@ -184,6 +184,7 @@ def postgres(base: Path, repeats: int) -> dict[str, Any]:
     from release.config_file import load_config
     from release.installation import INSTALLATION_ENV, load_installation
     from release.ledger import FIXED_ENV, LEDGER_ENV
+    from release.ledger_postgres import PostgresStore
     from release.pipeline import run_release
     from selpe_audit.artifact.signing import generate_keypair
     from tests.postgres import ADMIN_PW, postgres_bin, server
@@ -195,15 +196,17 @@ def postgres(base: Path, repeats: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {"folder": [], "postgresql": []}
     with server() as srv:
         srv.execute(f"CREATE ROLE steward LOGIN PASSWORD '{STEWARD_PW}'")
-        subprocess.run(["psql", "-v", "steward=steward", "-q", "-f",
+        subprocess.run(["psql", "-v", "steward=steward", "-v", "max_epsilon=1e6", "-q", "-f",
                         str(ROOT / "scripts" / "ledger-postgres.sql"), srv.url("admin")],
                        check=True, capture_output=True,
                        env={**os.environ, "PGPASSWORD": ADMIN_PW})
         etc = base / "etc"  # the installation file that names the PostgreSQL ledger
         etc.mkdir(mode=0o755)
         conf = etc / "installation.toml"
-        conf.write_text(f'[installation]\n[ledger]\nurl = "{srv.url("steward")}"\n')
         os.environ["PGPASSWORD"] = STEWARD_PW
+        ledger_id = PostgresStore(srv.url("steward")).ledger_id()
+        conf.write_text(f'[installation]\n[ledger]\nurl = "{srv.url("steward")}"\n'
+                        f'ledger_id = "{ledger_id}"\n')
         try:
             for i in range(repeats):
                 for where in ("folder", "postgresql"):

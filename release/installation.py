@@ -12,7 +12,8 @@ public keys trusted to sign ``ledger raise``::
     max_delta = 1e-5
 
     [ledger]                # optional: then no flag, config or variable points elsewhere
-    url = "postgresql://selpe_steward@ledger-db/selpe_ledger"   # or folder = "/abs/path"
+    url = "postgresql://selpe_steward@ledger-db:5432/selpe_ledger"  # or folder = "/abs/path"
+    ledger_id = "3f2a9c0d1e4b5a67"  # with url: the id the database must answer with
 
     [raise]
     trusted_keys = ["/etc/selpe-audit/raise-board.pub.pem"]
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,7 @@ class Installation:
     raise_keys: tuple[Path, ...] = ()
     source: str = f"built-in defaults (no {SYSTEM_INSTALLATION})"
     ledger: str | Path | None = None
+    ledger_id: str | None = None  # a PostgreSQL ledger's own id, which it must answer with
 
     @classmethod
     def for_experiments(cls, why: str) -> Installation:
@@ -107,24 +110,31 @@ def load_installation(path: Path | None = None) -> Installation:
         max_epsilon=_number(life, "max_epsilon", DEFAULT_MAX_EPSILON, p, lambda v: v > 0),
         max_delta=_number(life, "max_delta", DEFAULT_MAX_DELTA, p, lambda v: 0 <= v < 1),
         raise_keys=tuple(Path(k) for k in keys), source=str(p),
-        ledger=_ledger(_table(doc, "ledger", p), p))
+        **_ledger(_table(doc, "ledger", p), p))
 
 
-def _ledger(t: dict[str, Any], p: Path) -> str | Path | None:
-    """The ledger the installation names: a postgresql:// URL or an absolute folder."""
+def _ledger(t: dict[str, Any], p: Path) -> dict[str, Any]:
+    """The ledger the installation names: a postgresql:// URL that names its host, port and
+    database, with the ledger's id, or an absolute folder."""
     if not t:
-        return None
-    if set(t) - {"url", "folder"} or len(t) != 1:
-        raise UserError(f"{p}: [ledger] takes one of url = \"postgresql://...\" or folder = "
-                        "\"/absolute/path\"")
+        return {}
+    if set(t) not in ({"url", "ledger_id"}, {"folder"}):
+        raise UserError(f"{p}: [ledger] takes url = \"postgresql://role@host:port/database\" "
+                        "with ledger_id = \"<the 16 hex digits ledger_info() answers>\", or "
+                        "folder = \"/absolute/path\"")
     if "url" in t:
-        from release.database import check_url
+        from release.ledger_postgres import pinned_url
 
-        return check_url(str(t["url"]), f"{p}: [ledger] url")
+        ledger_id = str(t["ledger_id"])
+        if not re.fullmatch(r"[0-9a-f]{16}", ledger_id):
+            raise UserError(f"{p}: [ledger] ledger_id must be the 16 hex digits the ledger's "
+                            "database answers (SELECT ledger_id FROM ledger_info())")
+        return {"ledger": pinned_url(str(t["url"]), f"{p}: [ledger] url"),
+                "ledger_id": ledger_id}
     folder = Path(str(t["folder"]))
     if not folder.is_absolute():
         raise UserError(f"{p}: [ledger] folder must be an absolute path")
-    return folder
+    return {"ledger": folder}
 
 
 def _table(doc: dict[str, Any], name: str, p: Path) -> dict[str, Any]:

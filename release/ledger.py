@@ -24,7 +24,6 @@ import json
 import math
 import os
 import secrets
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from release.installation import (
     Installation,
     load_installation,
 )
-from release.ledger_people import People, histories, person_keys, spends, with_release
+from release.ledger_people import histories, person_keys, spends, with_release
 from release.ledger_store import LedgerStore, now, open_store
 from selpe_audit.artifact.records import Ledger, LedgerEntry, json_form
 from selpe_audit.artifact.signing import key_id, load_private_key, load_public_key
@@ -228,11 +227,14 @@ class LifetimeLedger:
                  lifetime_epsilon: float | None = None, lifetime_delta: float | None = None,
                  installation: Installation | None = None,
                  store: LedgerStore | None = None) -> None:
-        self.store = store or open_store(location)
+        self.installation = installation or load_installation()
+        named = self.installation.ledger
+        pinned = named is not None and _same(location, named)
+        self.store = store or open_store(location,
+                                         self.installation.ledger_id if pinned else None)
         self.dataset = dataset
         self.lifetime_epsilon = lifetime_epsilon
         self.lifetime_delta = lifetime_delta
-        self.installation = installation or load_installation()
 
     @property
     def where(self) -> str:
@@ -325,15 +327,7 @@ class LifetimeLedger:
                     f"lifetime delta for dataset '{self.dataset}' would be exceeded: "
                     f"{spent_delta:g} spent + {delta:g} requested > {cap_delta:g} "
                     f"(ledger {self.where}); no data was read")
-            if self.dataset not in state.caps:
-                new = self._new_caps()
-                self.store.append({"kind": "dataset", "dataset": self.dataset, "at": now(),
-                                   "lifetime_epsilon": new[0], "lifetime_delta": new[1]})
-            rid = uuid.uuid4().hex[:12]
-            self.store.append({"kind": "reserve", "rid": rid, "dataset": self.dataset,
-                               "epsilon": epsilon, "delta": delta, "at": now(),
-                               "note": note})
-            return rid
+            return self.store.reserve(self.dataset, epsilon, delta, note, self._new_caps())
 
     def charge_people(self, rid: str, rows: pl.DataFrame, schema: Schema,
                       person_column: str | None, leave_out_exhausted: bool = False,
@@ -343,13 +337,13 @@ class LifetimeLedger:
         the ledger charged, and charge them this release. Refused - the reservation given
         back, nothing spent - when a person would pass their lifetime cap, unless
         ``leave_out_exhausted``: then those people's rows are dropped (``keep``)."""
-        people = person_keys(self.store.key(), rows, schema, person_column)
+        people = person_keys(self.store.key(), rows, schema, person_column, self.store.link)
         with self.store.locked():
             state = self._state()
             mine = state.releases.get(rid)
             if mine is None:
                 raise RuntimeError(f"reservation {rid} is not in the ledger")
-            charged = (People.from_bytes(self.store.people(r.people))  # one at a time
+            charged = (self.store.people(r.people)  # one at a time
                        for r in sorted(state.releases.values(), key=lambda r: r.number)
                        if r.people is not None and r.rid != rid)
             history = histories(people, charged, len(state.releases))
@@ -361,8 +355,7 @@ class LifetimeLedger:
                     | (before_delta + mine.delta > cap_delta * (1 + 1e-9)))
             n_over = int(over.sum())
             if n_over and not leave_out_exhausted:
-                self.store.append({"kind": "end", "rid": rid, "status": "aborted",
-                                   "at": now(), "why": "people over their lifetime cap"})
+                self.store.end(rid, "aborted", why="people over their lifetime cap")
                 raise UserError(
                     f"{n_over} of the {people.count} people in these rows would pass their "
                     f"lifetime epsilon {cap_eps:g} (or delta {cap_delta:g}) with this "
@@ -371,30 +364,34 @@ class LifetimeLedger:
                     "--leave-out-exhausted, or lower epsilon; no DP mechanism ran")
             keep_people = ~over
             if n_over and n_over == people.count:
-                self.store.append({"kind": "end", "rid": rid, "status": "aborted",
-                                   "at": now(), "why": "every person over their cap"})
+                self.store.end(rid, "aborted", why="every person over their cap")
                 raise UserError(f"every one of the {people.count} people in these rows has "
                                 "reached their lifetime cap: nothing is left to release; no "
                                 "DP mechanism ran")
             keep = keep_people[people.owners]
             kept = people.subset(keep_people, with_release(history[keep_people], mine.number))
-            self.store.append({"kind": "people", "rid": rid, "people": kept.count,
-                               "at": now()}, kept.to_bytes())
+            self.store.charge(rid, kept)
         highest = float(before_eps[keep_people].max()) if kept.count else 0.0
         return PeopleCharge(keep, kept.count, n_over, highest)
 
     def start_measuring(self, rid: str) -> None:
         """Recorded before the release's first mechanism: from here on it cannot be
         refunded."""
-        self.store.append({"kind": "measuring", "rid": rid, "at": now()})
+        self.store.measuring(rid)
 
     def finish(self, rid: str, status: str, epsilon: float | None = None,
                delta: float | None = None) -> None:
         """How the release ended (``released``, or ``aborted``: refunded only before its
         first mechanism) and what it spent."""
-        self.store.append({"kind": "end", "rid": rid, "status": status, "at": now(),
-                           **({"epsilon": epsilon} if epsilon is not None else {}),
-                           **({"delta": delta} if delta is not None else {})})
+        self.store.end(rid, status, epsilon, delta)
+
+    def abort(self, rid: str) -> None:
+        """Give a failed release's reservation back (refunded only before its first
+        mechanism), unless it has ended already (refused people end it themselves)."""
+        with self.store.locked():
+            mine = self._state().releases.get(rid)
+            if mine is not None and mine.end is None:
+                self.store.end(rid, "aborted")
 
     def raise_caps(self, signing_key: str | Path, reason: str, epsilon: float | None = None,
                    delta: float | None = None) -> dict[str, Any]:
@@ -430,7 +427,7 @@ class LifetimeLedger:
                       "lifetime_epsilon": {"from": old_eps, "to": new_eps},
                       "lifetime_delta": {"from": old_delta, "to": new_delta}}
             record["signature"] = key.sign(_raise_payload(record)).hex()
-            self.store.append(record)
+            self.store.add_raise(record)
             return record
 
     def raise_signer(self, signing_key: str | Path) -> Ed25519PrivateKey:

@@ -74,8 +74,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _show(out: Console, location: Path | str, dataset: str | None) -> int:
-    store = open_store(location)
     inst = load_installation()
+    store = open_store(location, inst.ledger_id if location == inst.ledger else None)
     out.print(f"caps in force never pass {inst.where()}: epsilon {inst.max_epsilon:g}, delta "
               f"{inst.max_delta:g}, every person's lifetime cap; {len(inst.raise_keys)} raise "
               "key(s) trusted", markup=False)

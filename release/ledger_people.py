@@ -20,8 +20,9 @@ change, and a person's lifetime spend is the sum of the epsilons in their histor
 is conservative: people whose records cannot be told apart share one spend (a table of few
 coarse fields matches many strangers, which costs budget, never privacy).
 
-Hashes are keyed with the ledger's secret (32 bits a field, combined per record; 64 bits a
-linkage key): without the key they say nothing of a record. Each distinct value is hashed
+Hashes are keyed with the ledger's record key (32 bits a field, combined per record) and, for
+linkage, again with the ledger's linkage key, which never leaves its store (64 bits): without
+the keys they say nothing of a record. Each distinct value is hashed
 once, so a million rows take seconds.
 """
 
@@ -30,7 +31,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Sequence
+import zipfile
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,7 @@ import polars as pl
 
 from release.phrases import normalise
 from selpe_audit.bins import bin_expr
+from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
 _RECORD_DOMAIN = b"selpe-audit/person-record/1"
@@ -85,15 +88,25 @@ class People:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> People:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            return cls(tuple(json.loads(bytes(z["fields"]).decode())), z["cells"],
-                       z["owners"], z["linkage_keys"], z["history"])
+        """The people `to_bytes` wrote; ValueError for anything else."""
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                people = cls(tuple(json.loads(bytes(z["fields"]).decode())), z["cells"],
+                             z["owners"], z["linkage_keys"], z["history"])
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"not a people record ({type(e).__name__})") from None
+        rows, people_n = people.owners.shape[0], people.linkage_keys.shape[0]
+        if people.cells.shape[0] != rows or people.history.shape[0] != people_n or \
+                (rows and not 0 <= people.owners.min() <= people.owners.max() < people_n):
+            raise ValueError("not a people record (its arrays disagree)")
+        return people
 
 
-def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema,
-                person_column: str | None) -> People:
+def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema, person_column: str | None,
+                link: Callable[[np.ndarray], np.ndarray]) -> People:
     """The people of ``rows`` (a frame typed by ``schema``): a person is a value of
-    ``person_column`` (the privacy unit's id), else a row. History empty."""
+    ``person_column`` (the privacy unit's id), else a row. History empty. ``link`` keys each
+    person's linkage digest with the ledger's linkage key (`LedgerStore.link`)."""
     record_key = hashlib.blake2b(_RECORD_DOMAIN, digest_size=32, key=key).digest()
     views = [v for f in schema.fields if f.name != person_column
              and (v := _view(f, schema)) is not None]
@@ -109,9 +122,8 @@ def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema,
         link_key = hashlib.blake2b(_LINKAGE_DOMAIN, digest_size=32, key=key).digest()
         per_row = _row_keys(_cells(link_key, rows.select(
             [_view(schema.field(n), schema) for n in schema.linkage_fields])))
-        per_row[per_row == 0] = 1  # 0 means "no linkage values"
         first = np.unique(owners, return_index=True)[1]  # a person's first row's values
-        linkage[owners[first]] = per_row[first]
+        linkage[owners[first]] = link(per_row[first])
     return People(tuple(frame.columns), cells, owners, linkage,
                   np.zeros((people, 0), dtype=np.uint64))
 
@@ -210,3 +222,12 @@ def spends(history: np.ndarray, epsilons: Sequence[float]) -> np.ndarray:
     bits = np.unpackbits(history.view(np.uint8).reshape(history.shape[0], -1),
                          axis=1, bitorder="little")
     return bits[:, :eps.size].astype(np.float64) @ eps
+
+
+def people_record(data: bytes, where: object) -> People:
+    """A stored people record, or one line: the ledger cannot count what it cannot read."""
+    try:
+        return People.from_bytes(data)
+    except ValueError as e:
+        raise UserError(f"{where}: the people a release charged cannot be read ({e}); the "
+                        "ledger refuses to answer: ask the administrator") from None

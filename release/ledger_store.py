@@ -9,10 +9,14 @@ which every spend is computed; nothing is ever changed in place. Two back ends:
   keyed with the folder's secret, so a file edited by hand is refused. Its owner can still
   copy the folder aside and back: for a steward who must not be able to roll the ledger
   back, use
-- **PostgreSQL** (named by the administrator's installation file, ``[ledger] url``): the
-  events are rows the steward's role may insert and read but never update, delete or
-  truncate (`scripts/ledger-postgres.sql` sets up the tables, the triggers that refuse
-  every change, and the roles; docs/deployment.md).
+- **PostgreSQL** (named by the administrator's installation file, ``[ledger] url`` and
+  ``ledger_id``): the steward's role writes no table; it calls the ledger's functions, which
+  check each event and write it themselves, assign ids, sequence numbers and times, and
+  compute each person's spend (`scripts/ledger-postgres.sql` sets up the tables, the
+  functions, the triggers that refuse every change, and the roles; docs/deployment.md).
+
+Both check every event against the rules of `release.ledger_rules` before writing it, and
+every reader checks the whole log again.
 """
 
 from __future__ import annotations
@@ -25,20 +29,28 @@ import os
 import re
 import secrets
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
+from release.ledger_people import People, people_record
+from release.ledger_rules import checked
 from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.errors import UserError
 
 EVENTS_FORMAT = "selpe-audit/ledger-events/1"
 _MAC_DOMAIN = b"selpe-audit/ledger-mac/1"
+_LINK_DOMAIN = b"selpe-audit/ledger-link/1"
 
 
 class LedgerStore(Protocol):
-    """An append-only event log with a secret key and a lock."""
+    """An append-only event log with its secrets and a lock, written only through the
+    operations below, each of which checks its event against the log (`release.ledger_rules`)
+    before writing it."""
 
     #: where the ledger is, for messages (a folder path, or "PostgreSQL ledger at host/db")
     where: str
@@ -48,7 +60,12 @@ class LedgerStore(Protocol):
         ...
 
     def key(self) -> bytes:
-        """The ledger's secret: keys the people's hashes (and the folder's MACs)."""
+        """The record key: keys the hashes of the people's records (and the folder's MACs)."""
+        ...
+
+    def link(self, digests: np.ndarray) -> np.ndarray:
+        """Linkage keys (uint64) of the people's linkage digests (uint64), keyed with a key
+        that never leaves the store (in PostgreSQL: that the steward's role cannot read)."""
         ...
 
     def locked(self) -> Any:
@@ -56,15 +73,33 @@ class LedgerStore(Protocol):
         ...
 
     def events(self) -> list[dict[str, Any]]:
-        """Every event, in order."""
+        """Every event, in order, each checked against those before it."""
         ...
 
-    def append(self, event: dict[str, Any], people: bytes | None = None) -> None:
-        """Append one event (and a release's people, bytes of `People.to_bytes`)."""
+    def reserve(self, dataset: str, epsilon: float, delta: float, note: str,
+                caps: tuple[float, float]) -> str:
+        """A new release's reservation (``caps``: a new dataset's); its id, made here."""
         ...
 
-    def people(self, event: dict[str, Any]) -> bytes:
-        """The people a ``people`` event recorded."""
+    def charge(self, rid: str, people: People) -> None:
+        """A reserved release's people, each with their history (this release's bit set)."""
+        ...
+
+    def measuring(self, rid: str) -> None:
+        """The release's first mechanism starts: no refund from here on."""
+        ...
+
+    def end(self, rid: str, status: str, epsilon: float | None = None,
+            delta: float | None = None, why: str | None = None) -> None:
+        """How the release ended, and what it spent."""
+        ...
+
+    def add_raise(self, record: dict[str, Any]) -> None:
+        """A signed raise of a dataset's caps (checked against the raise keys on reading)."""
+        ...
+
+    def people(self, event: dict[str, Any]) -> People:
+        """The people a ``people`` event charged, with their histories."""
         ...
 
 
@@ -156,6 +191,12 @@ class FolderStore:
         atomic_write_bytes(p, (key.hex() + "\n").encode("ascii"), mode=0o600)
         return key
 
+    def link(self, digests: np.ndarray) -> np.ndarray:
+        key = hashlib.blake2b(_LINK_DOMAIN, digest_size=32, key=self.key()).digest()
+        return np.array([int.from_bytes(hashlib.blake2b(int(d).to_bytes(8, "little"),
+                                                        digest_size=8, key=key).digest(),
+                                        "little") or 1 for d in digests], dtype=np.uint64)
+
     def events(self) -> list[dict[str, Any]]:
         p = self.path / self.EVENTS_FILE
         if any(self.path.glob("*.ledger.json")):
@@ -166,23 +207,56 @@ class FolderStore:
         doc = _read_json(p, "lifetime ledger")
         if doc is None:
             return []
-        if not hmac.compare_digest(str(doc.get("mac", "")), _mac(self.key(), doc)) or \
+        if not hmac.compare_digest(str(doc.get("mac", "")), folder_mac(self.key(), doc)) or \
                 doc.get("format") != EVENTS_FORMAT or not isinstance(doc.get("events"), list):
             raise UserError(f"{p}: the lifetime ledger's MAC does not match: it was edited "
                             "outside selpe-audit; restore it from backup")
-        return doc["events"]
+        return checked(doc["events"], str(p))
 
-    def append(self, event: dict[str, Any], people: bytes | None = None) -> None:
+    def _append(self, event: dict[str, Any], people: People | None = None) -> None:
+        """Append ``event`` (at now) if the log with it keeps every rule; else refuse."""
         with self.locked():
             events = self.events()
+            if event["kind"] != "raise":  # a raise is signed as it is (it says when itself)
+                event = {**event, "at": now()}
             if people is not None:
+                data = people.to_bytes()
                 name = f"{event['rid']}.npz"
-                atomic_write_bytes(self.path / "people" / name, people, mode=0o600)
-                event = {**event, "file": name, "sha256": hashlib.sha256(people).hexdigest()}
+                event = {**event, "file": name, "sha256": hashlib.sha256(data).hexdigest()}
+            checked([*events, event], self.where)
+            if people is not None:
+                atomic_write_bytes(self.path / "people" / name, data, mode=0o600)
             doc = {"format": EVENTS_FORMAT, "events": [*events, event]}
-            _write_json(self.path / self.EVENTS_FILE, {**doc, "mac": _mac(self.key(), doc)})
+            _write_json(self.path / self.EVENTS_FILE, {**doc, "mac": folder_mac(self.key(), doc)})
 
-    def people(self, event: dict[str, Any]) -> bytes:
+    def reserve(self, dataset: str, epsilon: float, delta: float, note: str,
+                caps: tuple[float, float]) -> str:
+        with self.locked():
+            if not any(e["kind"] == "dataset" and e["dataset"] == dataset
+                       for e in self.events()):
+                self._append({"kind": "dataset", "dataset": dataset,
+                              "lifetime_epsilon": caps[0], "lifetime_delta": caps[1]})
+            rid = uuid.uuid4().hex[:12]
+            self._append({"kind": "reserve", "rid": rid, "dataset": dataset,
+                          "epsilon": epsilon, "delta": delta, "note": note})
+            return rid
+
+    def charge(self, rid: str, people: People) -> None:
+        self._append({"kind": "people", "rid": rid, "people": people.count}, people)
+
+    def measuring(self, rid: str) -> None:
+        self._append({"kind": "measuring", "rid": rid})
+
+    def end(self, rid: str, status: str, epsilon: float | None = None,
+            delta: float | None = None, why: str | None = None) -> None:
+        extra = {k: v for k, v in (("epsilon", epsilon), ("delta", delta), ("why", why))
+                 if v is not None}
+        self._append({"kind": "end", "rid": rid, "status": status, **extra})
+
+    def add_raise(self, record: dict[str, Any]) -> None:
+        self._append(record)
+
+    def people(self, event: dict[str, Any]) -> People:
         p = self.path / "people" / str(event.get("file", ""))
         try:
             data = p.read_bytes()
@@ -191,7 +265,7 @@ class FolderStore:
         if hashlib.sha256(data).hexdigest() != event.get("sha256"):
             raise UserError(f"{p}: the people a release charged are missing or were changed; "
                             "restore the ledger folder from backup")
-        return data
+        return people_record(data, p)
 
 
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
@@ -211,121 +285,20 @@ def _read_json(path: Path, what: str) -> dict[str, Any] | None:
     return doc
 
 
-def _mac(key: bytes, doc: dict[str, Any]) -> str:
+def folder_mac(key: bytes, doc: dict[str, Any]) -> str:
     body = json.dumps({k: v for k, v in doc.items() if k != "mac"}, sort_keys=True,
                       separators=(",", ":")).encode("utf-8")
     return hmac.new(hmac.new(key, _MAC_DOMAIN, hashlib.sha256).digest(), body,
                     hashlib.sha256).hexdigest()
 
 
-# ----- PostgreSQL ----------------------------------------------------------------------------
-
-#: one advisory lock for every release's check-then-append (any 64-bit constant of ours)
-_LOCK_ID = 0x5E1BE_1ED6E5
-
-
-class PostgresStore:
-    """The events as rows of ``ledger_events`` (people in ``ledger_people``), which the
-    steward's role may insert and read only; ``ledger_meta`` holds the ledger id and key, set
-    up by the administrator (`scripts/ledger-postgres.sql`). The password comes from
-    ``PGPASSWORD`` or a password file, never the URL."""
-
-    def __init__(self, url: str) -> None:
-        from release.database import check_url
-
-        self.url = check_url(url, "the ledger's [ledger] url")
-        self.where = f"the PostgreSQL ledger at {_host_db(url)}"
-        self._conn: Any = None
-        self._meta: tuple[str, bytes] | None = None
-
-    def _connection(self) -> Any:
-        if self._conn is None:
-            import adbc_driver_postgresql.dbapi as dbapi
-
-            from release.database import explain
-
-            try:
-                self._conn = dbapi.connect(self.url, autocommit=True)
-            except Exception as e:  # never quote the server: one line that says what to fix
-                raise UserError(f"{self.where}: {explain(e)}; check the installation's "
-                                "[ledger] url and PGPASSWORD or PGPASSFILE") from None
-        return self._conn
-
-    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        try:
-            with self._connection().cursor() as cur:
-                cur.execute(sql, params)
-                return list(cur.fetchall()) if cur.description else []
-        except UserError:
-            raise
-        except Exception as e:
-            raise UserError(f"{self.where}: the ledger refused the statement "
-                            f"({_sqlstate(e)}): ask the administrator to check the ledger's "
-                            "tables and this role's grants (docs/deployment.md)") from None
-
-    def _load_meta(self) -> tuple[str, bytes]:
-        if self._meta is None:
-            rows = self._query("SELECT ledger_id, key FROM ledger_meta")
-            if len(rows) != 1 or not re.fullmatch(r"[0-9a-f]{16}", str(rows[0][0])) or \
-                    len(bytes(rows[0][1])) != 32:
-                raise UserError(f"{self.where}: ledger_meta must hold one row (a 16-hex-digit "
-                                "ledger id and a 32-byte key); run the administrator's setup "
-                                "(scripts/ledger-postgres.sql)")
-            self._meta = (str(rows[0][0]), bytes(rows[0][1]))
-        return self._meta
-
-    def ledger_id(self) -> str:
-        return self._load_meta()[0]
-
-    def key(self) -> bytes:
-        return self._load_meta()[1]
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """A session advisory lock: other releases wait for it (their check-then-append)."""
-        self._query("SELECT pg_advisory_lock($1)", (_LOCK_ID,))
-        try:
-            yield
-        finally:
-            self._query("SELECT pg_advisory_unlock($1)", (_LOCK_ID,))
-
-    def events(self) -> list[dict[str, Any]]:
-        return [json.loads(r[0]) for r in
-                self._query("SELECT event::text FROM ledger_events ORDER BY seq")]
-
-    def append(self, event: dict[str, Any], people: bytes | None = None) -> None:
-        if people is not None:
-            self._query("INSERT INTO ledger_people (rid, people) VALUES ($1, $2)",
-                        (event["rid"], people))
-            event = {**event, "sha256": hashlib.sha256(people).hexdigest()}
-        self._query("INSERT INTO ledger_events (event) VALUES ($1::jsonb)",
-                    (json.dumps(event, sort_keys=True),))
-
-    def people(self, event: dict[str, Any]) -> bytes:
-        rows = self._query("SELECT people FROM ledger_people WHERE rid = $1", (event["rid"],))
-        data = bytes(rows[0][0]) if len(rows) == 1 else b""
-        if hashlib.sha256(data).hexdigest() != event.get("sha256"):
-            raise UserError(f"{self.where}: the people release {event['rid']} charged are "
-                            "missing or twice; ask the administrator")
-        return data
-
-
-def _host_db(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    u = urlsplit(url)
-    return f"{u.hostname or 'localhost'}{u.path or ''}"
-
-
-def _sqlstate(e: Exception) -> str:
-    state = getattr(e, "sqlstate", None)
-    return f"SQLSTATE {state}" if state else type(e).__name__
-
-
-def open_store(location: str | Path) -> LedgerStore:
-    """The store at ``location``: a postgresql:// URL, or a folder."""
+def open_store(location: str | Path, ledger_id: str | None = None) -> LedgerStore:
+    """The store at ``location``: a postgresql:// URL (that must answer with ``ledger_id``,
+    when given), or a folder."""
     from release.database import is_database_url
 
     if is_database_url(str(location)):
-        return PostgresStore(str(location))
+        from release.ledger_postgres import PostgresStore
+
+        return PostgresStore(str(location), ledger_id)
     return FolderStore(location)

@@ -136,10 +136,13 @@ SPREAD_FILES = {"test_benchmarks_smoke.py", "test_audits.py"}
 
 
 def _weight(item: pytest.Item) -> float:
-    """A rough cost, to hand out the longest work first (the last test of a run is short)."""
+    """A rough cost in seconds, to hand out the longest work first (so the last test of a run
+    is short): a benchmark's smoke run 1-5 minutes, an audit about one, another slow test
+    5-60 s (measured on the 2-core machine)."""
     if item.get_closest_marker("slow"):
-        return 30.0
-    return 3.0 if item.get_closest_marker("model") else 0.3
+        return {"test_benchmarks_smoke.py": 120.0, "test_audits.py": 60.0}.get(
+            item.path.name, 15.0)
+    return 2.0 if item.get_closest_marker("model") else 0.3
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -91,7 +91,7 @@ def test_a_flag_cannot_raise_the_cap_only_a_signed_ledger_raise_can(tmp_path, ke
     conf, raise_key = _installation(tmp_path)
     monkeypatch.setenv(INSTALLATION_ENV, str(conf))
     ledger = LifetimeLedger(tmp_path / "ledger", "ed_triage_demo", 10.0)
-    ledger.finish(ledger.reserve(6.0), "released")
+    ledger.reserve(6.0)  # a reservation counts from the start
     r = _cli(*_release_args(tmp_path, keys[0], "--epsilon", "6", "--lifetime-epsilon", "1000"))
     assert r.returncode != 0
     assert "cannot raise it" in r.stderr and "ledger raise" in r.stderr

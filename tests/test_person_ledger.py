@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,8 @@ from release.config_file import load_config
 from release.installation import INSTALLATION_ENV, Installation, load_installation
 from release.ledger import LEDGER_ENV, LifetimeLedger, ledger_folder
 from release.ledger_people import histories, person_keys, spends, with_release
-from release.ledger_store import FolderStore, PostgresStore
+from release.ledger_postgres import PostgresStore
+from release.ledger_store import FolderStore
 from release.pipeline import run_release
 from release.private_data import polars_dtypes
 from selpe_audit.artifact.signing import generate_keypair
@@ -132,11 +134,13 @@ def test_linkage_fields_match_a_person_whose_records_differ(tmp_path, schema):
     first = _frame(schema, generate_rows(50, 3))
     later = first.with_columns(pl.lit("new complaint text").alias("chief_complaint"),
                                ("N" + pl.col("patient_id")).alias("patient_id"))
-    key = b"k" * 32
+    store = FolderStore(tmp_path / "ledger")
+    key, link = store.key(), store.link
     for s, expect in ((linked, True), (schema, False)):
-        old = person_keys(key, first, s, "patient_id")
+        old = person_keys(key, first, s, "patient_id", link)
         old = old.subset(np.ones(old.count, bool), with_release(histories(old, []), 0))
-        hit = spends(histories(person_keys(key, later, s, "patient_id"), [old]), [1.0]) > 0
+        hit = spends(histories(person_keys(key, later, s, "patient_id", link), [old]),
+                     [1.0]) > 0
         assert hit.all() if expect else not hit.any()
     with pytest.raises(UserError, match="x-linkage names 'patient_id'"):
         parse_schema({**raw, "x-linkage": ["patient_id"]})
@@ -152,44 +156,50 @@ def test_new_people_are_released_after_the_cap_was_spent(tmp_path, keys, schema)
     charged = [_charged(store)]
     for seed in range(5):
         rows = generate_rows(300, seed=100 + seed)
-        new = person_keys(store.key(), _frame(schema, rows), schema, "patient_id")
+        new = person_keys(store.key(), _frame(schema, rows), schema, "patient_id", store.link)
         assert spends(histories(new, charged), [10.0]).max() == 0.0
         pl.DataFrame(rows).write_csv(tmp_path / f"new{seed}.csv")
         _release(tmp_path, keys[0], tmp_path / f"new{seed}.csv", f"new-{seed}", 2.0)
 
 
 def _charged(store: FolderStore):
-    from release.ledger_people import People
-
-    event = next(e for e in store.events() if e["kind"] == "people")
-    return People.from_bytes(store.people(event))
+    return store.people(next(e for e in store.events() if e["kind"] == "people"))
 
 
-def test_a_dropped_column_is_the_same_records(schema):
+def test_a_dropped_column_is_the_same_records(tmp_path, schema):
     """Records compared on the fields both extracts have, when they share most of them: the
     same rows without pain_score match; a table sharing two fields is not compared."""
     rows = _frame(schema, generate_rows(80, 4))
-    key = b"k" * 32
-    full = person_keys(key, rows, schema, "patient_id")
+    store = FolderStore(tmp_path / "ledger")
+    key, link = store.key(), store.link
+    full = person_keys(key, rows, schema, "patient_id", link)
     full = full.subset(np.ones(full.count, bool), with_release(histories(full, []), 0))
     raw = json.loads(demo_schema_path().read_text())
     for keep in (("pain_score",), tuple(f for f in raw["properties"]
                                        if f not in ("patient_id", "sex", "acuity"))):
         props = {k: v for k, v in raw["properties"].items() if k not in keep}
         s = parse_schema({**raw, "properties": props, "required": list(props)})
-        hit = spends(histories(person_keys(key, rows.drop(list(keep)), s, "patient_id"),
-                               [full]), [1.0]) > 0
+        hit = spends(histories(person_keys(key, rows.drop(list(keep)), s, "patient_id",
+                                           link), [full]), [1.0]) > 0
         assert hit.all() if keep == ("pain_score",) else not hit.any()
 
 
 # ----- item 2: a ledger the steward cannot rewrite --------------------------------------------
 
+def _measuring(ledger: LifetimeLedger, schema, epsilon: float) -> str:
+    """A release of ``epsilon`` whose five people were charged and whose first mechanism
+    started; its id."""
+    rid = ledger.reserve(epsilon)
+    ledger.charge_people(rid, _frame(schema, generate_rows(5, 9)), schema, "patient_id")
+    ledger.start_measuring(rid)
+    return rid
+
+
 def test_a_folder_edited_by_hand_is_refused_and_an_abort_after_a_mechanism_is_no_refund(
-        tmp_path):
+        tmp_path, schema):
     store = FolderStore(tmp_path / "ledger")
     ledger = LifetimeLedger(tmp_path / "ledger", "ds", installation=CAP, store=store)
-    rid = ledger.reserve(4.0)
-    ledger.start_measuring(rid)
+    rid = _measuring(ledger, schema, 4.0)
     ledger.finish(rid, "aborted")  # what a hand could append: no refund once measuring
     assert ledger.spent()[0] == 4.0
     path = tmp_path / "ledger" / FolderStore.EVENTS_FILE
@@ -205,10 +215,42 @@ def test_a_folder_edited_by_hand_is_refused_and_an_abort_after_a_mechanism_is_no
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize(("forged", "why"), [
+    ({"kind": "reserve", "rid": "aaaaaaaaaaaa", "dataset": "ds", "epsilon": -6.0}, "epsilon"),
+    ({"kind": "reserve", "rid": "aaaaaaaaaaaa", "dataset": "ds", "epsilon": float("nan")},
+     "epsilon"),
+    ({"kind": "reserve", "rid": "aaaaaaaaaaaa", "dataset": "ds", "epsilon": "6"}, "epsilon"),
+    ({"kind": "reserve", "rid": "aaaaaaaaaaaa", "dataset": "ds", "epsilon": 0.0}, "epsilon"),
+    ({"kind": "reserve", "rid": "FIRST", "dataset": "ds", "epsilon": 0.0}, "twice"),
+    ({"kind": "people", "rid": "bbbbbbbbbbbb", "people": 3}, "not reserved"),
+    ({"kind": "end", "rid": "FIRST", "status": "aborted"}, "follows the release's end"),
+    ({"kind": "measuring", "rid": "FIRST"}, "follows the release's end"),
+    ({"kind": "refund", "rid": "FIRST"}, "no kind"),
+])
+def test_a_log_that_breaks_a_rule_makes_the_ledger_refuse(tmp_path, schema, forged, why):
+    """What the folder's owner could write with its key (a valid MAC): an event that breaks
+    a rule of `release.ledger_rules` makes every reader refuse, in one line."""
+    from release.ledger_store import folder_mac
+
+    store = FolderStore(tmp_path / "ledger")
+    ledger = LifetimeLedger(tmp_path / "ledger", "ds", installation=CAP, store=store)
+    first = _measuring(ledger, schema, 4.0)
+    ledger.finish(first, "released", epsilon=4.0)
+    path = tmp_path / "ledger" / FolderStore.EVENTS_FILE
+    doc = json.loads(path.read_text())
+    event = {k: (first if v == "FIRST" else v) for k, v in forged.items()}
+    doc["events"].append(event)
+    doc["mac"] = folder_mac(store.key(), doc)
+    path.write_text(json.dumps(doc))
+    for call in (ledger.spent, lambda: ledger.reserve(1.0)):
+        with pytest.raises(UserError, match=f"refuses to answer: event 6 .*{why}"):
+            call()
+
+
 def test_an_unsigned_raise_appended_to_the_log_changes_nothing(tmp_path):
     ledger = LifetimeLedger(tmp_path / "ledger", "ds", 4.0, installation=CAP)
-    ledger.finish(ledger.reserve(4.0), "released")
-    ledger.store.append({"kind": "raise", "dataset": "ds", "by": "0" * 16,
+    ledger.reserve(4.0)
+    ledger.store.add_raise({"kind": "raise", "dataset": "ds", "by": "0" * 16,
                          "lifetime_epsilon": {"from": 4.0, "to": 10.0},
                          "lifetime_delta": {"from": 1e-5, "to": 1e-5}, "signature": "00"})
     with pytest.raises(UserError, match="would be exceeded"):
@@ -218,6 +260,12 @@ def test_an_unsigned_raise_appended_to_the_log_changes_nothing(tmp_path):
 @pytest.fixture(scope="module")
 def pg_ledger():
     """A PostgreSQL ledger set up by the administrator's script, its steward role."""
+    with _pg_server() as srv:
+        yield srv
+
+
+@contextmanager
+def _pg_server():
     with server() as srv:
         srv.execute("CREATE ROLE steward LOGIN PASSWORD 'steward-pw'")
         r = subprocess.run(["psql", "-v", "steward=steward", "-q", "-f",
@@ -232,36 +280,133 @@ def _as_steward(monkeypatch):
     monkeypatch.setenv("PGPASSWORD", "steward-pw")
 
 
+def _pg(conn, sql: str, *params):
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall() if cur.description else None
+
+
+def _refused(conn, sql: str, *params) -> str:
+    """The SQLSTATE with which the database refused ``sql`` (fails if it ran)."""
+    with pytest.raises(Exception) as e:
+        _pg(conn, sql, *params)
+    return str(getattr(e.value, "sqlstate", "")) or str(e.value)
+
+
 @pytest.mark.postgres
-def test_the_steward_role_can_only_append(pg_ledger, monkeypatch):
-    """As the steward: UPDATE, DELETE and TRUNCATE are refused on every table, INSERT and
-    SELECT work; a rollback is impossible."""
+def test_the_steward_role_forges_nothing(monkeypatch, schema):
+    """Issue 67's forgeries, tried as the steward's own role: writing any table (an explicit
+    seq, a reserve event at epsilon 0, people bytes copied from a real release), reading the
+    linkage key, moving the sequence, changing or dropping a row, and calling the ledger's
+    functions with epsilon 0, negative, NaN, infinite or a string, for a release that was
+    not reserved, twice, or with a history that hides a release or names one that does not
+    exist: every one refused, the spend unchanged, the log still keeping every rule."""
+    with _pg_server() as srv:  # a ledger of its own: this test leaves it unreadable
+        _forge(srv, monkeypatch, schema)
+
+
+def _forge(pg_ledger, monkeypatch, schema) -> None:
+    import adbc_driver_postgresql.dbapi as dbapi
+
     _as_steward(monkeypatch)
     store = PostgresStore(pg_ledger.url("steward"))
     ledger = LifetimeLedger(store.url, "pg", installation=CAP, store=store)
-    rid = ledger.reserve(3.0)
-    ledger.start_measuring(rid)
-    ledger.finish(rid, "released", epsilon=3.0)
-    import adbc_driver_postgresql.dbapi as dbapi
-
+    first = _measuring(ledger, schema, 3.0)
+    ledger.finish(first, "released", epsilon=3.0)
+    before = store.events()
     conn = dbapi.connect(pg_ledger.url("steward"), autocommit=True)
-    for sql in ("UPDATE ledger_events SET event = '{}'::jsonb",
-                "DELETE FROM ledger_events", "TRUNCATE ledger_events",
-                "UPDATE ledger_meta SET key = key", "DELETE FROM ledger_people",
-                "TRUNCATE ledger_people", "DROP TABLE ledger_events",
+    reserve = json.dumps({"kind": "reserve", "rid": first, "dataset": "x", "epsilon": 0})
+    for sql in (f"INSERT INTO ledger_events (seq, event) VALUES (0, '{reserve}'::jsonb)",
+                f"INSERT INTO ledger_events (event) VALUES ('{reserve}'::jsonb)",
+                "INSERT INTO ledger_people SELECT 'aaaaaaaaaaaa', people, history, words "
+                "FROM ledger_people",
+                "INSERT INTO ledger_releases VALUES (9, 'aaaaaaaaaaaa', 'x', 1, 0)",
+                "SELECT link_key FROM ledger_meta", "SELECT key FROM ledger_meta",
+                "SELECT setval('ledger_events_seq_seq', 1)",
+                "UPDATE ledger_events SET event = '{}'::jsonb", "DELETE FROM ledger_events",
+                "TRUNCATE ledger_events", "UPDATE ledger_releases SET epsilon = 0",
+                "DELETE FROM ledger_people", "DROP TABLE ledger_events",
                 "ALTER TABLE ledger_events DISABLE TRIGGER ALL"):
-        with pytest.raises(Exception) as e, conn.cursor() as cur:
-            cur.execute(sql)
-        assert "42501" in str(getattr(e.value, "sqlstate", "")) + str(e.value) \
-            or "must be owner" in str(e.value) or "append-only" in str(e.value), sql
+        assert _refused(conn, sql) == "42501", sql
+    assert "link_key" not in {c for row in _pg(conn, "SELECT * FROM ledger_info()") for c in
+                              map(str, row)}
+    for epsilon in ("0", "-6", "'NaN'", "'Infinity'", "'-Infinity'"):
+        assert _refused(conn, f"SELECT ledger_reserve('other', {epsilon}::float8, 0, '', 10, "
+                              "1e-5)") == "22023", epsilon
+    assert _refused(conn, "SELECT ledger_reserve('other', 'six', 0, '', 10, 1e-5)") == "22P02"
+    assert _refused(conn, "SELECT ledger_reserve('new', 1, 0, '', 'NaN', 1e-5)") == "22023"
+    # past the ceiling on one dataset (3 spent on 'pg', 10 at most)
+    assert _refused(conn, "SELECT ledger_reserve('pg', 8, 0, '', 10, 1e-5)") == "22023"
+    unknown = "aaaaaaaaaaaa"
+    for sql in (f"SELECT ledger_measuring('{unknown}')",
+                f"SELECT ledger_end('{unknown}', 'released', 1, 0, NULL)",
+                f"SELECT ledger_charge('{unknown}', '\\x00'::bytea, 0, ''::bytea, 1)",
+                f"SELECT ledger_end('{first}', 'aborted', NULL, NULL, NULL)",  # ended already
+                f"SELECT ledger_measuring('{first}')"):
+        assert _refused(conn, sql) == "22023", sql
+    # a new release: its people's history must hold it, name only releases the ledger holds,
+    # and keep every person within the ceiling (3 spent + 8 > 10), whatever the client says
+    rid = _pg(conn, "SELECT ledger_reserve('pg2', 6, 0, 'forger', 10, 1e-5)")[0][0]
+    one = np.zeros(1, dtype="<u8")
+    for bits, why in ((0b00, "hides the release itself"), (0b111, "names release 2"),
+                      (0b11, "within the ceiling: 3 + 6 < 10")):
+        one[0] = bits
+        sql = "SELECT ledger_charge($1::text, $2::bytea, 1, $3::bytea, 1)"
+        if why.startswith("within"):
+            _pg(conn, sql, rid, b"people", one.tobytes())  # accepted: 9 <= 10
+        else:
+            assert _refused(conn, sql, rid, b"people", one.tobytes()) == "22023", why
+    big = _pg(conn, "SELECT ledger_reserve('pg3', 4, 0, '', 10, 1e-5)")[0][0]
+    one[0] = 0b111  # release 2 (big) with 0 and 1: 3 + 6 + 4 > 10
+    assert _refused(conn, "SELECT ledger_charge($1::text, $2::bytea, 1, $3::bytea, 1)", big, b"p",
+                    one.tobytes()) == "22023"
     conn.close()
+    # a raise is kept byte for byte as signed (its signature is checked on reading), and
+    # never past the database's ceiling
+    signed = {"kind": "raise", "dataset": "pg", "by": "0" * 16, "when": "2026-12-07T00:00:00Z",
+              "lifetime_epsilon": {"from": 10.0, "to": 10.0},
+              "lifetime_delta": {"from": 1e-05, "to": 1e-05}, "signature": "00", "reason": "é"}
+    store.add_raise(signed)
+    assert store.events()[-1] == signed
+    with pytest.raises(UserError, match="finite caps within the ceiling"):
+        store.add_raise({**signed, "lifetime_epsilon": {"from": 10.0, "to": 11.0}})
     # not even the owner can change a row while the triggers stand
     with pytest.raises(Exception, match="append-only"):
         pg_ledger.execute("DELETE FROM ledger_events")
-    assert ledger.spent() == (3.0, 0.0)
-    # an "aborted" appended after the first mechanism refunds nothing
-    store.append({"kind": "end", "rid": rid, "status": "aborted"})
-    assert ledger.spent() == (3.0, 0.0)
+    with pytest.raises(Exception, match="append-only"):
+        pg_ledger.execute("UPDATE ledger_releases SET epsilon = 0")
+    after = store.events()
+    assert after[:len(before)] == before and LifetimeLedger(
+        store.url, "pg", installation=CAP, store=store).spent() == (3.0, 0.0)
+    assert [e["kind"] for e in after[len(before):]] == ["dataset", "reserve", "people",
+                                                        "dataset", "reserve", "raise"]
+    # the people bytes the role sent were no people record: the next charge cannot read
+    # them, and refuses in one line (the ledger answers nothing it cannot count)
+    with pytest.raises(UserError, match="people a release charged cannot be read"):
+        _measuring(LifetimeLedger(store.url, "pg4", installation=CAP, store=store), schema, 1)
+
+
+@pytest.mark.postgres
+def test_the_ledger_connection_is_pinned(pg_ledger, monkeypatch):
+    """No libpq variable moves the ledger's connection (PGHOSTADDR, PGSERVICE, PGPORT...:
+    cleared while it connects); a URL without host, port or database is refused; and a
+    database that answers with another ledger id than the installation's is refused."""
+    _as_steward(monkeypatch)
+    url = pg_ledger.url("steward")
+    for bad in ("postgresql://steward@127.0.0.1/postgres", "postgresql://steward@/postgres",
+                f"postgresql://steward@127.0.0.1:{pg_ledger.port}/",
+                f"postgresql://steward@127.0.0.1:{pg_ledger.port}/postgres?port=1"):
+        with pytest.raises(UserError, match=r"host, port and database|remove port"):
+            PostgresStore(bad)
+    for name, value in (("PGHOSTADDR", "192.0.2.1"), ("PGSERVICE", "elsewhere"),
+                        ("PGPORT", "1"), ("PGDATABASE", "other"), ("PGOPTIONS", "-c x=1"),
+                        ("PGSERVICEFILE", "/nonexistent")):
+        monkeypatch.setenv(name, value)
+    real = PostgresStore(url).ledger_id()
+    assert os.environ["PGHOSTADDR"] == "192.0.2.1"  # put back after connecting
+    with pytest.raises(UserError, match=f"holds ledger {real}, not the installation's"):
+        PostgresStore(url, ledger_id="0" * 16).events()
+    assert PostgresStore(url, ledger_id=real).ledger_id() == real
 
 
 @pytest.mark.slow
@@ -275,7 +420,8 @@ def test_a_release_against_the_postgres_ledger(pg_ledger, tmp_path, keys, monkey
     etc = tmp_path / "etc"
     etc.mkdir(mode=0o755)
     conf = etc / "installation.toml"
-    conf.write_text(f'[installation]\n[lifetime]\nmax_epsilon = 10.0\n[ledger]\nurl = "{url}"\n')
+    conf.write_text(f'[installation]\n[lifetime]\nmax_epsilon = 10.0\n[ledger]\nurl = "{url}"\n'
+                    f'ledger_id = "{PostgresStore(url).ledger_id()}"\n')
     monkeypatch.setenv(INSTALLATION_ENV, str(conf))
     inst = load_installation()
     assert inst.ledger == url
@@ -328,8 +474,16 @@ def test_the_installation_file_must_say_what_it_is_and_the_system_file_wins(tmp_
     monkeypatch.delenv(INSTALLATION_ENV)
     assert load_installation().max_epsilon == 3.0
     bad = folder / "ledger.toml"
-    bad.write_text('[installation]\n[ledger]\nurl = "postgresql://u:pw@h/db"\n')
+    bad.write_text('[installation]\n[ledger]\nurl = "postgresql://u:pw@h:5432/db"\n'
+                   'ledger_id = "0123456789abcdef"\n')
     with pytest.raises(UserError, match="carries a password"):
+        load_installation(bad)
+    bad.write_text('[installation]\n[ledger]\nurl = "postgresql://u@h/db"\n'
+                   'ledger_id = "0123456789abcdef"\n')
+    with pytest.raises(UserError, match="names its host, port and database"):
+        load_installation(bad)
+    bad.write_text('[installation]\n[ledger]\nurl = "postgresql://u@h:5432/db"\n')
+    with pytest.raises(UserError, match="with ledger_id"):
         load_installation(bad)
     bad.write_text('[installation]\n[ledger]\nfolder = "relative"\n')
     with pytest.raises(UserError, match="absolute"):
@@ -384,6 +538,39 @@ def test_a_killed_release_leaves_no_spool_and_a_later_one_sweeps(tmp_path, keys,
     proc.wait(timeout=60)
     assert proc.returncode != 0
     assert not list(spools.glob(f"{SPOOL_PREFIX}*"))
+
+
+@pytest.mark.slow
+def test_a_spool_killed_outright_is_swept_whatever_the_next_release_says(tmp_path, keys,
+                                                                        monkeypatch):
+    """Issue 67: a release killed with SIGKILL (no handler runs) leaves its spool, 0600 in
+    a 0700 folder; the next release sweeps it though its own $SELPE_AUDIT_SPOOL (and
+    $TMPDIR) name other folders: every spool made is noted where no variable moves it."""
+    from release.dp.spools import SPOOL_ENV, SPOOL_PREFIX, registry, sweep_spools
+
+    first, other = tmp_path / "spool-a", tmp_path / "spool-b"
+    first.mkdir()
+    other.mkdir()
+    pl.DataFrame(generate_rows(20_000, seed=6)).write_csv(tmp_path / "big.csv")
+    proc = subprocess.Popen([EXE, "release", "--data", str(tmp_path / "big.csv"), "--schema",
+                             str(demo_schema_path()), "--key", str(keys[0]), "--out",
+                             str(tmp_path / "out"), "--lifetime-ledger",
+                             str(tmp_path / "ledger"), "--epsilon", "2"],
+                            env={**os.environ, SPOOL_ENV: str(first), "HF_HUB_OFFLINE": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(first.glob(f"{SPOOL_PREFIX}*/rows.arrow")):
+        time.sleep(0.02)
+    spool = next(first.glob(f"{SPOOL_PREFIX}*"))
+    proc.kill()
+    proc.wait(timeout=60)
+    assert spool.stat().st_mode & 0o777 == 0o700
+    assert (spool / "rows.arrow").stat().st_mode & 0o777 == 0o600
+    assert (registry() / spool.name).stat().st_mode & 0o777 == 0o600
+    monkeypatch.setenv(SPOOL_ENV, str(other))
+    monkeypatch.setenv("TMPDIR", str(other))
+    assert sweep_spools() >= 1
+    assert not spool.exists() and not (registry() / spool.name).exists()
 
 
 @pytest.mark.slow

@@ -163,9 +163,10 @@ def test_lifetime_budget_refusal_and_concurrency(tmp_path):
     ledger.finish(rid, "aborted")
     assert ledger.spent() == (0, 0)
     other = tmp_path / "concurrent"
-    with multiprocessing.Manager() as mgr:
+    spawn = multiprocessing.get_context("spawn")  # a fork of a threaded pytest worker can hang
+    with spawn.Manager() as mgr:
         barrier = mgr.Barrier(4)
-        with multiprocessing.Pool(4) as pool:
+        with spawn.Pool(4) as pool:
             results = pool.map(_reserve, [(str(other), barrier)] * 4)
     assert sorted(results) == ["ok", "refused", "refused", "refused"]
 
@@ -208,6 +209,8 @@ def test_cli_refuses_beyond_lifetime_before_reading(tmp_path, keys):
     [
         ({"epsilon": 0.0}, "epsilon must be a finite number > 0"),
         ({"epsilon": -1.0}, "epsilon must be a finite number > 0"),
+        # issue 67: too small for OpenDP's noise calibration (was "internal error")
+        ({"epsilon": 1e-300}, "epsilon 1e-300 is below 1e-05, the least OpenDP calibrates"),
         ({"counts_share": 0.7, "selection_share": 0.2}, "must sum to 1"),
         ({"unit": "household"}, "'row' or 'person'"),
         ({"id_field": "nope"}, "unknown field 'nope'"),

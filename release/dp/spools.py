@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import tempfile
 import weakref
@@ -35,7 +36,9 @@ def make_spooled_context(priv_data: pl.DataFrame, **compositor: Any) -> dp.Conte
     _SPOOLS.add(folder)
     path = folder / "rows.arrow"
     try:
-        priv_data.write_ipc(path)
+        _register(folder)
+        with open(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "wb") as f:
+            priv_data.write_ipc(f)
         ctx = dp.Context.compositor(data=pl.scan_ipc(path, memory_map=False), **compositor)
     except BaseException:
         _remove(folder)
@@ -51,6 +54,24 @@ _SPOOLS: set[Path] = set()
 def _remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     _SPOOLS.discard(folder)
+    (registry() / folder.name).unlink(missing_ok=True)
+
+
+def registry() -> Path:
+    """Where every spool folder made is noted, whatever ``$SELPE_AUDIT_SPOOL`` or
+    ``$TMPDIR`` said: under the user's home from the password database (no variable moves
+    it), so a release sweeps the spools of killed ones wherever they were made."""
+    return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".local" / "state" / "selpe-audit" / "spools"
+
+
+def _register(folder: Path) -> None:
+    """Note ``folder`` (its absolute path, in a 0600 file named after it) before any row is
+    written there."""
+    reg = registry()
+    reg.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(reg / folder.name, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(str(folder.resolve()))
 
 
 def remove_spools() -> None:
@@ -76,18 +97,28 @@ def sweep_spools() -> int:
     """Delete the spool folders of this user's processes that are gone (a release killed
     outright cannot delete its own); how many were deleted."""
     gone = 0
-    for root in {spool_root(), MEMORY, Path(tempfile.gettempdir())}:
-        if not root.is_dir():
-            continue
-        for folder in root.glob(f"{SPOOL_PREFIX}*"):
-            pid = folder.name.removeprefix(SPOOL_PREFIX).split("-", 1)[0]
+    noted = []
+    if registry().is_dir():
+        for entry in registry().glob(f"{SPOOL_PREFIX}*"):
             try:
-                mine = folder.stat().st_uid == os.getuid()
-            except OSError:
+                noted.append((entry, Path(entry.read_text(encoding="utf-8").strip())))
+            except (OSError, UnicodeDecodeError):
                 continue
-            if mine and folder.is_dir() and not _alive(pid):
-                shutil.rmtree(folder, ignore_errors=True)
-                gone += 1
+    found = [(None, folder) for root in {spool_root(), MEMORY, Path(tempfile.gettempdir())}
+             if root.is_dir() for folder in root.glob(f"{SPOOL_PREFIX}*")]
+    for entry, folder in noted + found:
+        pid = folder.name.removeprefix(SPOOL_PREFIX).split("-", 1)[0]
+        if _alive(pid) or not folder.name.startswith(SPOOL_PREFIX):
+            continue
+        try:
+            mine = folder.is_dir() and folder.stat().st_uid == os.getuid()
+        except OSError:
+            mine = False
+        if mine:
+            shutil.rmtree(folder, ignore_errors=True)
+            gone += 1
+        if entry is not None:
+            entry.unlink(missing_ok=True)
     return gone
 
 

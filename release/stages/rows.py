@@ -61,7 +61,7 @@ def read_and_charge(cfg: ReleaseConfig, schema: Schema, ledger: LifetimeLedger,
         log.write(f"read, checked and charged the rows' people in "
                   f"{time.perf_counter() - t0:.2f} s")
     except BaseException:
-        ledger.finish(rid, "aborted")
+        ledger.abort(rid)
         raise
     lifetime = LifetimeStamp(ledger.store.ledger_id(), cfg.dataset, rid, cap_eps, cap_delta,
                              spent_eps, spent_delta)
