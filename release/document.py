@@ -11,7 +11,6 @@ from typing import Any
 from release.config import ReleaseConfig
 from release.counts import get as counts_mode
 from release.counts.model import CONVERSION_ID
-from release.ledger import ledger_block
 from release.plan import ReleasePlan
 from release.private_data import source_description
 from release.selection import get
@@ -20,7 +19,7 @@ from selpe_audit.artifact import records
 from selpe_audit.artifact.counts_modes import describe_counts
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions
 from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
-from selpe_audit.artifact.records import Budget, LedgerEntry, LifetimeStamp, json_form
+from selpe_audit.artifact.records import Budget, Ledger, LedgerEntry, LifetimeStamp, json_form
 from selpe_audit.schema import Schema
 
 SIZE_ACCOUNTANT = "a Context in pure epsilon-DP for the row count the plan is sized by"
@@ -33,6 +32,12 @@ GAUSSIAN_SELECTION_ACCOUNTANT = (
     "adds up), whose total rho OpenDP converts to (epsilon, delta) at the configured delta "
     "(selection/zcdp-to-approx-dp); round entries state rho and mu, their epsilon is counted "
     "in the conversion entry")
+
+
+def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: str,
+                 total_delta: float = 0.0) -> dict[str, Any]:
+    """The artifact's ``ledger`` block."""
+    return json_form(Ledger(tuple(entries), total_epsilon, total_delta, accountant))
 
 
 def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,

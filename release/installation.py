@@ -18,6 +18,14 @@ public keys trusted to sign ``ledger raise``::
     [raise]
     trusted_keys = ["/etc/selpe-audit/raise-board.pub.pem"]
 
+    [identity]              # optional: who a person is, from the hospital's records
+    linkage = ["mrn"]       # fields naming one person in every extract (the id may be one)
+    required = true         # then a release whose schema lacks them is refused
+
+    [schemas]               # optional: then a release of any other schema is refused
+    approved = ["<schema SHA-256>"]          # and/or
+    folder = "/etc/selpe-audit/schemas"      # every *.json in it (root-owned)
+
 The file, its folder and every raise key must be owned by root and writable by no one
 else: a steward who could edit them could lift their own ceiling. ``$SELPE_AUDIT_INSTALLATION``
 names another file where the system one does not exist (a test or a machine of one's own);
@@ -41,7 +49,7 @@ INSTALLATION_ENV = "SELPE_AUDIT_INSTALLATION"
 SYSTEM_INSTALLATION = Path("/etc/selpe-audit/installation.toml")
 DEFAULT_MAX_EPSILON = 10.0
 DEFAULT_MAX_DELTA = 1e-5  # ten releases at the default delta
-SECTIONS = ("installation", "lifetime", "ledger", "raise")
+SECTIONS = ("installation", "lifetime", "ledger", "raise", "schemas", "identity")
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,40 @@ class Installation:
     source: str = f"built-in defaults (no {SYSTEM_INSTALLATION})"
     ledger: str | Path | None = None
     ledger_id: str | None = None  # a PostgreSQL ledger's own id, which it must answer with
+    approved_schemas: frozenset[str] | None = None  # SHA-256s; None: any schema
+    linkage: tuple[str, ...] = ()  # the administrator's linkage fields (else the schema's)
+    linkage_required: bool = False
+    administered: bool = False  # read from an administrator's file (not the defaults)
+
+    def check_unit(self, unit: str, schema: Any) -> None:
+        """Under an administrator's file, refuse a row-unit release of a table that names
+        its people: it protects a person with m rows only at m x epsilon, which the ledger
+        cannot charge them (it charges a release's epsilon once per person)."""
+        if self.administered and unit == "row" and schema.id_field is not None:
+            raise UserError(f"unit = 'row' on a table whose rows name their people "
+                            f"({schema.id_field}) protects a person with m rows only at m x "
+                            f"epsilon, which the lifetime ledger cannot charge them; "
+                            f"{self.source} refuses it: use unit = 'person'; no data was read")
+
+    def linkage_fields(self, schema: Any) -> tuple[str, ...]:
+        """The fields that name a person across extracts in ``schema``: the installation's
+        when it names any (refused where required and missing), else the schema's
+        ``x-linkage``."""
+        if not self.linkage:
+            return tuple(schema.linkage_fields)
+        missing = [f for f in self.linkage if f not in schema.field_names]
+        if missing and self.linkage_required:
+            raise UserError(f"the schema lacks the linkage field(s) {', '.join(missing)} that "
+                            f"{self.source} requires ([identity]); add them to the extract "
+                            "and its schema; no data was read")
+        return () if missing else self.linkage
+
+    def check_schema(self, sha256: str) -> None:
+        """Refuse a schema the administrator did not approve (when a list is in force)."""
+        if self.approved_schemas is not None and sha256 not in self.approved_schemas:
+            raise UserError(f"schema {sha256} is not among the {len(self.approved_schemas)} "
+                            f"schema(s) {self.source} approves; ask the administrator to "
+                            "approve it ([schemas]); no data was read")
 
     @classmethod
     def for_experiments(cls, why: str) -> Installation:
@@ -109,8 +151,48 @@ def load_installation(path: Path | None = None) -> Installation:
     return Installation(
         max_epsilon=_number(life, "max_epsilon", DEFAULT_MAX_EPSILON, p, lambda v: v > 0),
         max_delta=_number(life, "max_delta", DEFAULT_MAX_DELTA, p, lambda v: 0 <= v < 1),
-        raise_keys=tuple(Path(k) for k in keys), source=str(p),
+        raise_keys=tuple(Path(k) for k in keys), source=str(p), administered=True,
+        approved_schemas=_approved(_table(doc, "schemas", p), p),
+        **_identity(_table(doc, "identity", p), p),
         **_ledger(_table(doc, "ledger", p), p))
+
+
+def _identity(t: dict[str, Any], p: Path) -> dict[str, Any]:
+    """The administrator's linkage fields, and whether every release must have them."""
+    if not t:
+        return {}
+    fields, required = t.get("linkage", []), t.get("required", False)
+    if set(t) - {"linkage", "required"} or not isinstance(required, bool) or not (
+            isinstance(fields, list) and fields and all(isinstance(f, str) for f in fields)):
+        raise UserError(f"{p}: [identity] takes linkage = [\"field\", ...] (at least one) and "
+                        "required = true or false")
+    return {"linkage": tuple(fields), "linkage_required": required}
+
+
+def _approved(t: dict[str, Any], p: Path) -> frozenset[str] | None:
+    """The SHA-256s of the schemas the administrator approved: listed, and those of every
+    ``*.json`` schema in a root-owned folder; None when the file lists none."""
+    if not t:
+        return None
+    if set(t) - {"approved", "folder"}:
+        raise UserError(f"{p}: [schemas] takes approved = [\"<sha256>\", ...] and/or "
+                        "folder = \"/absolute/path\"")
+    listed = t.get("approved", [])
+    if not (isinstance(listed, list) and all(isinstance(h, str) and
+                                             re.fullmatch(r"[0-9a-f]{64}", h) for h in listed)):
+        raise UserError(f"{p}: [schemas] approved must list SHA-256s (64 hex digits), as "
+                        "`selpe-audit review` shows a schema's")
+    approved = set(listed)
+    if "folder" in t:
+        from selpe_audit.schema import load_schema
+
+        folder = Path(str(t["folder"]))
+        if not folder.is_absolute():
+            raise UserError(f"{p}: [schemas] folder must be an absolute path")
+        for f in sorted(folder.glob("*.json")):
+            _root_owned(f, "approved schema")
+            approved.add(load_schema(f).sha256())
+    return frozenset(approved)
 
 
 def _ledger(t: dict[str, Any], p: Path) -> dict[str, Any]:

@@ -24,9 +24,10 @@ import json
 import math
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import polars as pl
@@ -40,19 +41,20 @@ from release.installation import (
     Installation,
     load_installation,
 )
-from release.ledger_people import histories, person_keys, spends, with_release
+from release.ledger_people import (
+    NO_LINKAGE_TO_LEAVE_OUT,
+    People,
+    histories,
+    over_by_content,
+    over_cap,
+    person_keys,
+    spends,
+    with_release,
+)
 from release.ledger_store import LedgerStore, now, open_store
-from selpe_audit.artifact.records import Ledger, LedgerEntry, json_form
 from selpe_audit.artifact.signing import key_id, load_private_key, load_public_key
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
-
-
-def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: str,
-                 total_delta: float = 0.0) -> dict[str, Any]:
-    """The artifact's ``ledger`` block."""
-    return json_form(Ledger(tuple(entries), total_epsilon, total_delta, accountant))
-
 
 LEDGER_ENV = "SELPE_AUDIT_LEDGER"  # the installation's ledger folder (absolute)
 FIXED_ENV = "SELPE_AUDIT_LEDGER_FIXED"  # "1": no setting may point a release elsewhere
@@ -336,43 +338,65 @@ class LifetimeLedger:
         by ``schema``; a person is a value of ``person_column``, else a row) to every person
         the ledger charged, and charge them this release. Refused - the reservation given
         back, nothing spent - when a person would pass their lifetime cap, unless
-        ``leave_out_exhausted``: then those people's rows are dropped (``keep``)."""
-        people = person_keys(self.store.key(), rows, schema, person_column, self.store.link)
+        ``leave_out_exhausted``: then the rows of the people whom their *linkage fields*
+        match to charged ones past their cap are dropped (``keep``), and a release in which
+        record content alone matches someone past their cap is refused: whether a person is
+        left out may depend on their own identity and spend only (individual privacy
+        accounting), never on what other rows look like."""
+        linkage = self.installation.linkage_fields(schema)
+        if leave_out_exhausted and not linkage:
+            self._refuse(rid, "leave-out without linkage fields", NO_LINKAGE_TO_LEAVE_OUT)
+        people = person_keys(self.store.key(), rows, schema, person_column, self.store.link,
+                             linkage)
         with self.store.locked():
             state = self._state()
-            mine = state.releases.get(rid)
-            if mine is None:
-                raise RuntimeError(f"reservation {rid} is not in the ledger")
-            charged = (self.store.people(r.people)  # one at a time
-                       for r in sorted(state.releases.values(), key=lambda r: r.number)
-                       if r.people is not None and r.rid != rid)
-            history = histories(people, charged, len(state.releases))
-            eps_by, delta_by = state.per_release()
-            eps_by[mine.number], delta_by[mine.number] = 0.0, 0.0  # this one, added below
-            before_eps, before_delta = spends(history, eps_by), spends(history, delta_by)
-            cap_eps, cap_delta = self.person_caps()
-            over = ((before_eps + mine.epsilon > cap_eps + 1e-12)
-                    | (before_delta + mine.delta > cap_delta * (1 + 1e-9)))
+            mine = state.releases[rid]
+            past_cap, before = self._spends(state, mine)
+            history = histories(people, self._charged(state, rid), len(state.releases))
+            over = past_cap(history)
             n_over = int(over.sum())
+            if n_over and leave_out_exhausted:
+                by_identity = past_cap(histories(people, self._charged(state, rid),
+                                                 len(state.releases), by_records=False))
+                if (by_content := int((over & ~by_identity).sum())):
+                    self._refuse(rid, "people over their cap by content",
+                                 over_by_content(by_content, people.count))
             if n_over and not leave_out_exhausted:
-                self.store.end(rid, "aborted", why="people over their lifetime cap")
-                raise UserError(
-                    f"{n_over} of the {people.count} people in these rows would pass their "
-                    f"lifetime epsilon {cap_eps:g} (or delta {cap_delta:g}) with this "
-                    f"release's {mine.epsilon:g}: they were charged by earlier releases "
-                    f"(ledger {self.where}); release without them with "
-                    "--leave-out-exhausted, or lower epsilon; no DP mechanism ran")
-            keep_people = ~over
+                self._refuse(rid, "people over their lifetime cap", over_cap(
+                    n_over, people.count, self.person_caps(), mine.epsilon, self.where))
             if n_over and n_over == people.count:
-                self.store.end(rid, "aborted", why="every person over their cap")
-                raise UserError(f"every one of the {people.count} people in these rows has "
-                                "reached their lifetime cap: nothing is left to release; no "
-                                "DP mechanism ran")
-            keep = keep_people[people.owners]
+                self._refuse(rid, "every person over their cap",
+                             f"every one of the {people.count} people in these rows has "
+                             "reached their lifetime cap: nothing is left to release; no DP "
+                             "mechanism ran")
+            keep_people = ~over
             kept = people.subset(keep_people, with_release(history[keep_people], mine.number))
             self.store.charge(rid, kept)
-        highest = float(before_eps[keep_people].max()) if kept.count else 0.0
-        return PeopleCharge(keep, kept.count, n_over, highest)
+        highest = float(before(history)[keep_people].max()) if kept.count else 0.0
+        return PeopleCharge(keep_people[people.owners], kept.count, n_over, highest)
+
+    def _charged(self, state: State, rid: str) -> Iterator[People]:
+        """The people every other release charged, one extract in memory at a time."""
+        return (self.store.people(r.people)
+                for r in sorted(state.releases.values(), key=lambda r: r.number)
+                if r.people is not None and r.rid != rid)
+
+    def _spends(self, state: State, mine: Reservation) -> tuple[Callable, Callable]:
+        """(who ``mine`` takes past their caps, each one's epsilon before it), by history."""
+        eps_by, delta_by = state.per_release()
+        eps_by[mine.number], delta_by[mine.number] = 0.0, 0.0  # this one, added below
+        cap_eps, cap_delta = self.person_caps()
+
+        def past_cap(history: np.ndarray) -> np.ndarray:
+            return ((spends(history, eps_by) + mine.epsilon > cap_eps + 1e-12)
+                    | (spends(history, delta_by) + mine.delta > cap_delta * (1 + 1e-9)))
+
+        return past_cap, lambda history: spends(history, eps_by)
+
+    def _refuse(self, rid: str, why: str, message: str) -> NoReturn:
+        """End the reservation (before any mechanism: nothing spent) and refuse."""
+        self.store.end(rid, "aborted", why=why)
+        raise UserError(message)
 
     def start_measuring(self, rid: str) -> None:
         """Recorded before the release's first mechanism: from here on it cannot be

@@ -44,6 +44,31 @@ from selpe_audit.bins import bin_expr
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Schema
 
+NO_LINKAGE_TO_LEAVE_OUT = (
+    "--leave-out-exhausted decides who to leave out from the people's linkage fields alone "
+    "(the installation's [identity] linkage, or x-linkage in the schema), never from their "
+    "records; this release has none: name them, or release without the flag")
+
+
+def over_cap(n: int, people: int, caps: tuple[float, float], epsilon: float,
+             where: str) -> str:
+    """The refusal of a release that would take ``n`` people past their caps (how many,
+    never who)."""
+    return (f"{n} of the {people} people in these rows would pass their lifetime epsilon "
+            f"{caps[0]:g} (or delta {caps[1]:g}) with this release's {epsilon:g}: they were "
+            f"charged by earlier releases (ledger {where}); release without them with "
+            "--leave-out-exhausted, or lower epsilon; no DP mechanism ran")
+
+
+def over_by_content(n: int, people: int) -> str:
+    """The refusal of a leave-out that record content alone would decide."""
+    return (f"{n} of the {people} people in these rows would pass their lifetime cap by the "
+            "records an earlier release charged, not by their linkage fields: "
+            "--leave-out-exhausted leaves out only people their linkage fields name (what it "
+            "left out would otherwise tell who the earlier release held); lower epsilon or "
+            "release without them; no DP mechanism ran")
+
+
 _RECORD_DOMAIN = b"selpe-audit/person-record/1"
 _LINKAGE_DOMAIN = b"selpe-audit/person-linkage/1"
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: a row key that depends on column order
@@ -103,10 +128,13 @@ class People:
 
 
 def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema, person_column: str | None,
-                link: Callable[[np.ndarray], np.ndarray]) -> People:
+                link: Callable[[np.ndarray], np.ndarray],
+                linkage: Sequence[str] | None = None) -> People:
     """The people of ``rows`` (a frame typed by ``schema``): a person is a value of
     ``person_column`` (the privacy unit's id), else a row. History empty. ``link`` keys each
-    person's linkage digest with the ledger's linkage key (`LedgerStore.link`)."""
+    person's linkage digest with the ledger's linkage key (`LedgerStore.link`); ``linkage``:
+    the fields that name a person across extracts (default: the schema's ``x-linkage``; the
+    installation's may include the id, a record number that every extract keeps)."""
     record_key = hashlib.blake2b(_RECORD_DOMAIN, digest_size=32, key=key).digest()
     views = [v for f in schema.fields if f.name != person_column
              and (v := _view(f, schema)) is not None]
@@ -117,14 +145,16 @@ def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema, person_column: s
     else:
         owners = np.arange(rows.height, dtype=np.int64)
     people = int(owners.max()) + 1 if owners.size else 0
-    linkage = np.zeros(people, dtype=np.uint64)
-    if schema.linkage_fields:
+    linkage_keys = np.zeros(people, dtype=np.uint64)
+    fields = schema.linkage_fields if linkage is None else tuple(linkage)
+    if fields:
         link_key = hashlib.blake2b(_LINKAGE_DOMAIN, digest_size=32, key=key).digest()
         per_row = _row_keys(_cells(link_key, rows.select(
-            [_view(schema.field(n), schema) for n in schema.linkage_fields])))
+            [_view(schema.field(n), schema) if n != schema.id_field else
+             pl.col(n).cast(pl.String).str.replace_all(r"\p{Cf}", "") for n in fields])))
         first = np.unique(owners, return_index=True)[1]  # a person's first row's values
-        linkage[owners[first]] = link(per_row[first])
-    return People(tuple(frame.columns), cells, owners, linkage,
+        linkage_keys[owners[first]] = link(per_row[first])
+    return People(tuple(frame.columns), cells, owners, linkage_keys,
                   np.zeros((people, 0), dtype=np.uint64))
 
 
@@ -135,10 +165,12 @@ def _view(f: Any, schema: Schema) -> pl.Expr | None:
         return None
     if f.kind == "numeric":
         return bin_expr(f).alias(f.name)
+    # Unicode format characters (Cf: the zero-width space, joiners, the word joiner, the
+    # byte-order mark, bidi marks) show nothing: the same record with one is the same person
+    shown = pl.col(f.name).cast(pl.String).str.replace_all(r"\p{Cf}", "")
     if f.kind == "text":
-        return pl.col(f.name).cast(pl.String).map_elements(
-            normalise, return_dtype=pl.String).alias(f.name)
-    return pl.col(f.name).cast(pl.String).alias(f.name)
+        return shown.map_elements(normalise, return_dtype=pl.String).alias(f.name)
+    return shown.alias(f.name)
 
 
 def _cells(key: bytes, frame: pl.DataFrame) -> np.ndarray:
@@ -168,12 +200,12 @@ def _row_keys(cells: np.ndarray) -> np.ndarray:
 
 
 def histories(new: People, charged: Iterable[People], releases: int | None = None,
-              ) -> np.ndarray:
+              by_records: bool = True) -> np.ndarray:
     """Each new person's history: the union of the histories of every charged person they
     match (a record, on the fields both extracts have when they share most of them, or
-    their linkage key). ``charged`` may be a generator (one extract in memory at a time);
-    ``releases``: how many the ledger holds (the words of a history; default: as many as
-    the widest charged history)."""
+    their linkage key; ``by_records`` False: the linkage key alone). ``charged`` may be a
+    generator (one extract in memory at a time); ``releases``: how many the ledger holds
+    (the words of a history; default: as many as the widest charged history)."""
     if releases is None:
         charged = list(charged)
         words = max([c.history.shape[1] for c in charged], default=0)
@@ -186,7 +218,7 @@ def histories(new: People, charged: Iterable[People], releases: int | None = Non
         wide = np.zeros((c.count, words), dtype=np.uint64)
         wide[:, :min(words, c.history.shape[1])] = c.history[:, :words]
         shared = [f for f in new.fields if f in c.fields]
-        if 2 * len(shared) >= max(len(new.fields), len(c.fields)):  # the same records, or
+        if by_records and 2 * len(shared) >= max(len(new.fields), len(c.fields)):  # same, or
             mine, theirs = new.record_keys(shared), c.record_keys(shared)  # a few fields less
             order = np.argsort(theirs, kind="stable")
             keys, owner = theirs[order], c.owners[order]

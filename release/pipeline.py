@@ -31,6 +31,7 @@ from release.dp.spools import remove_spools, sweep_spools
 from release.dp.unit import PrivacyUnit
 from release.installation import Installation, load_installation
 from release.ledger import LifetimeLedger
+from release.ledger_people import NO_LINKAGE_TO_LEAVE_OUT
 from release.spent import check_within_budget, ledger_entries, total_spent
 from release.stages.counts import release_counts
 from release.stages.phrases import code_rows
@@ -40,6 +41,7 @@ from release.stages.selection import private_features, progress_reporter, select
 from release.stages.sign import write_and_sign
 from release.stages.sizing import size_and_plan
 from selpe_audit.artifact.signing import key_id, load_private_key
+from selpe_audit.errors import UserError
 from selpe_audit.models import Models, shared
 from selpe_audit.schema import load_schema
 
@@ -71,6 +73,11 @@ def run_release(cfg: ReleaseConfig, console: Console | None = None,
 def _release(cfg: ReleaseConfig, con: Console, models: Models,
              installation: Installation) -> ReleaseResult:
     schema = load_schema(cfg.schema)
+    installation.check_schema(schema.sha256())
+    installation.check_unit(cfg.privacy_unit.resolved(schema).unit, schema)
+    linkage = installation.linkage_fields(schema)  # required and missing: refused here
+    if cfg.leave_out_exhausted and not linkage:
+        raise UserError(f"{NO_LINKAGE_TO_LEAVE_OUT}; no data was read")
     cfg.check(schema)
     key = load_private_key(cfg.release_key)
     check_writable(cfg.out)

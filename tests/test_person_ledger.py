@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +73,9 @@ def _release(tmp: Path, key: Path, data: Path, tag: str, epsilon: float,
 @pytest.mark.slow
 def test_perturbed_and_rekeyed_copies_are_the_same_people(tmp_path, keys):
     """After epsilon 6 of the cap 10 on the demo rows, the same rows re-keyed (a prefix on
-    every id), with age + 1, with the complaint upper-cased or a trailing space, or with
-    temperature + 1e-9 would take every person past the cap: refused, one line, how many,
-    never who; nothing spent."""
+    every id), with age + 1, with the complaint upper-cased or a trailing space or holding
+    zero-width characters, or with temperature + 1e-9 would take every person past the cap:
+    refused, one line, how many, never who; nothing spent."""
     rows = _sample()
     (tmp_path / "rows.csv").write_text(rows.write_csv())
     _release(tmp_path, keys[0], tmp_path / "rows.csv", "triage", 6.0)
@@ -84,6 +85,9 @@ def test_perturbed_and_rekeyed_copies_are_the_same_people(tmp_path, keys):
         "older": rows.with_columns(pl.min_horizontal(age + 1, 105).cast(pl.String)
                                    .alias("age")),
         "upper": rows.with_columns(pl.col("chief_complaint").str.to_uppercase() + " "),
+        # issue 67: a zero-width space (and a word joiner) that shows nothing
+        "invisible": rows.with_columns(pl.col("chief_complaint").str.replace(" ", "\u200b ")
+                                       + "\u2060"),
         "warmer": rows.with_columns((pl.col("temperature_c").cast(pl.Float64) + 1e-9)
                                     .cast(pl.String)),
     }
@@ -106,24 +110,64 @@ def test_perturbed_and_rekeyed_copies_are_the_same_people(tmp_path, keys):
 def test_one_person_in_many_small_extracts_is_held_to_the_cap(tmp_path, keys, schema):
     """One patient's rows mixed into three extracts of 100 other people each: the third
     release at epsilon 4 would take that person to 12 > 10: refused (1 person); with
-    --leave-out-exhausted it runs without them, and the artifact says the policy, never
-    how many were left out (that would tell of exactly them)."""
+    --leave-out-exhausted (under an installation whose [identity] names the hospital's
+    record number, here the id every extract keeps) it runs without them, and the artifact
+    says the policy, never how many were left out (that would tell of exactly them)."""
     rows = _sample()
     ids = rows["patient_id"].unique(maintain_order=True).to_list()
     person = rows.filter(pl.col("patient_id") == ids[0])
     for k in range(3):
         others = rows.filter(pl.col("patient_id").is_in(ids[1 + 100 * k: 101 + 100 * k]))
         pl.concat([others, person]).write_csv(tmp_path / f"x{k}.csv")
-    _release(tmp_path, keys[0], tmp_path / "x0.csv", "cohort-0", 4.0)
-    _release(tmp_path, keys[0], tmp_path / "x1.csv", "cohort-1", 4.0)
+    identity = replace(CAP, linkage=("patient_id",), linkage_required=True)
+    _release(tmp_path, keys[0], tmp_path / "x0.csv", "cohort-0", 4.0, identity)
+    _release(tmp_path, keys[0], tmp_path / "x1.csv", "cohort-1", 4.0, identity)
     with pytest.raises(UserError, match=r"^1 of the 101 people in these rows would pass"):
-        _release(tmp_path, keys[0], tmp_path / "x2.csv", "cohort-2", 4.0)
-    doc = _release(tmp_path, keys[0], tmp_path / "x2.csv", "cohort-2b", 4.0,
+        _release(tmp_path, keys[0], tmp_path / "x2.csv", "cohort-2", 4.0, identity)
+    with pytest.raises(UserError, match="from the people's linkage fields alone"):
+        _release(tmp_path, keys[0], tmp_path / "x2.csv", "cohort-2b", 4.0,
+                 leave_out_exhausted=True)  # no linkage fields: it would decide by content
+    doc = _release(tmp_path, keys[0], tmp_path / "x2.csv", "cohort-2b", 4.0, identity,
                    leave_out_exhausted=True).doc
     assert doc["budget"]["leave_out_exhausted"] is True
     assert "excluded" not in json.dumps(doc["budget"])
     log = (tmp_path / "enclave.log").read_text()
     assert "left out 1 person(s)" in log
+
+
+@pytest.mark.slow
+def test_leave_out_never_tells_who_an_earlier_release_held(tmp_path, keys):
+    """Issue 67's attack on --leave-out-exhausted: person Y spent the cap in release A;
+    release B holds 60 new people and 40 fresh-id copies of Y's record. Leaving people out
+    by their records would leave those 40 out exactly when A held Y, and B's artifact would
+    tell it. With linkage identity only, the copies are not Y by identity, so B is refused
+    (one line, no artifact) rather than published without them; a schema without the
+    administrator's required linkage field is refused before any row is read."""
+    rows = _sample()
+    ids = rows["patient_id"].unique(maintain_order=True).to_list()
+    y = rows.filter(pl.col("patient_id") == ids[0]).head(1)
+    y.write_csv(tmp_path / "a.csv")
+    identity = replace(CAP, linkage=("patient_id",), linkage_required=True)
+    _release(tmp_path, keys[0], tmp_path / "a.csv", "a", 10.0, identity)
+    copies = pl.concat([y.with_columns(pl.lit(f"COPY{k:03d}").alias("patient_id"))
+                        for k in range(40)])
+    fresh = rows.filter(pl.col("patient_id").is_in(ids[100:160]))
+    pl.concat([fresh, copies]).write_csv(tmp_path / "b.csv")
+    with pytest.raises(UserError, match=r"^40 of the 100 people .* not by their linkage") as e:
+        _release(tmp_path, keys[0], tmp_path / "b.csv", "b", 2.0, identity,
+                 leave_out_exhausted=True)
+    assert "\n" not in str(e.value) and not (tmp_path / "out-b" / "release.json").exists()
+    raw = json.loads(demo_schema_path().read_text())
+    props = {k: v for k, v in raw["properties"].items() if k != "patient_id"}
+    unlinked = tmp_path / "no-id.schema.json"
+    unlinked.write_text(json.dumps({**{k: v for k, v in raw.items() if k != "x-id"},
+                                    "properties": props, "required": list(props)}))
+    rows.drop("patient_id").write_csv(tmp_path / "c.csv")
+    cfg = load_config(None, {"data": tmp_path / "c.csv", "schema": unlinked, "unit": "row",
+                             "release_key": keys[0], "out": tmp_path / "out-c",
+                             "lifetime_ledger": tmp_path / "ledger", "dataset": "c"})
+    with pytest.raises(UserError, match=r"lacks the linkage field.s. patient_id .* no data"):
+        run_release(cfg, installation=identity)
 
 
 def test_linkage_fields_match_a_person_whose_records_differ(tmp_path, schema):
@@ -407,6 +451,9 @@ def test_the_ledger_connection_is_pinned(pg_ledger, monkeypatch):
     with pytest.raises(UserError, match=f"holds ledger {real}, not the installation's"):
         PostgresStore(url, ledger_id="0" * 16).events()
     assert PostgresStore(url, ledger_id=real).ledger_id() == real
+    # linkage digests are keyed inside the database (its key never leaves it)
+    linked = PostgresStore(url).link(np.array([1, 2, 1], dtype=np.uint64))
+    assert linked.dtype == np.uint64 and linked[0] == linked[2] != linked[1] and linked.all()
 
 
 @pytest.mark.slow
@@ -488,6 +535,53 @@ def test_the_installation_file_must_say_what_it_is_and_the_system_file_wins(tmp_
     bad.write_text('[installation]\n[ledger]\nfolder = "relative"\n')
     with pytest.raises(UserError, match="absolute"):
         load_installation(bad)
+
+
+def test_only_the_schemas_the_administrator_approved_release(tmp_path, keys, schema):
+    """Issue 67 item 4: under an installation that lists approved schemas (a SHA-256, or a
+    root-owned folder of them), a release with any other schema - a field renamed, as the
+    attacker's - is refused before any row is read, naming its hash; the approved one runs."""
+    etc = tmp_path / "etc"
+    (etc / "schemas").mkdir(parents=True, mode=0o755)
+    conf = etc / "installation.toml"
+    raw = json.loads(demo_schema_path().read_text())
+    props = {("pain" if k == "pain_score" else k): v for k, v in raw["properties"].items()}
+    renamed = tmp_path / "renamed.schema.json"
+    renamed.write_text(json.dumps({**raw, "properties": props, "required": list(props)}))
+    other = load_schema(renamed).sha256()
+    for approval in (f'approved = ["{schema.sha256()}"]', f'folder = "{etc / "schemas"}"'):
+        (etc / "schemas" / "demo.schema.json").write_text(demo_schema_path().read_text())
+        conf.write_text(f"[installation]\n[lifetime]\nmax_epsilon = 10.0\n[schemas]\n{approval}\n")
+        inst = load_installation(conf)
+        assert inst.approved_schemas == {schema.sha256()}
+        data = tmp_path / "renamed.csv"
+        _sample().rename({"pain_score": "pain"}).write_csv(data)
+        cfg = load_config(None, {"data": data, "schema": renamed, "release_key": keys[0],
+                                 "out": tmp_path / "out-x", "lifetime_ledger": tmp_path / "l",
+                                 "dataset": "x", "epsilon": 1.0})
+        with pytest.raises(UserError, match=f"schema {other} is not among the 1 schema"):
+            run_release(cfg, installation=inst)
+        assert not (tmp_path / "l").exists() or not FolderStore(tmp_path / "l").events()
+    conf.write_text('[installation]\n[schemas]\napproved = ["not-a-hash"]\n')
+    with pytest.raises(UserError, match="must list SHA-256s"):
+        load_installation(conf)
+
+
+@pytest.mark.slow
+def test_a_row_unit_release_of_named_people_is_refused_under_an_installation(tmp_path, keys):
+    """Issue 67 item 5: a row-unit release of the demo (its rows name their people) would
+    protect a person with m rows at m x epsilon while the ledger charges them epsilon once:
+    an administrator's installation refuses it before any row is read; without one (the
+    single-user default) it runs and its guarantee says m x epsilon."""
+    etc = tmp_path / "etc"
+    etc.mkdir(mode=0o755)
+    (etc / "installation.toml").write_text("[installation]\n[lifetime]\nmax_epsilon = 10.0\n")
+    inst = load_installation(etc / "installation.toml")
+    with pytest.raises(UserError, match="m x epsilon, which the lifetime ledger cannot"):
+        _release(tmp_path, keys[0], DEMO_SAMPLE, "rows", 1.0, inst, unit="row")
+    assert not (tmp_path / "ledger").exists() or not FolderStore(tmp_path / "ledger").events()
+    doc = _release(tmp_path, keys[0], DEMO_SAMPLE, "rows", 1.0, unit="row").doc
+    assert "m times epsilon" in json.dumps(doc["guarantees"])
 
 
 def test_a_ledger_named_by_the_installation_cannot_be_escaped(tmp_path, monkeypatch):
