@@ -66,10 +66,14 @@ def registry() -> Path:
 
 def _register(folder: Path) -> None:
     """Note ``folder`` (its absolute path, in a 0600 file named after it) before any row is
-    written there."""
+    written there; where the home folder cannot be written (a read-only container), the
+    spool goes unnoted and only the sweep of the usual places finds it."""
     reg = registry()
-    reg.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(reg / folder.name, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    try:
+        reg.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(reg / folder.name, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    except OSError:
+        return
     with open(fd, "w", encoding="utf-8") as f:
         f.write(str(folder.resolve()))
 
