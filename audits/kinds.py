@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from audits.io import REPORT_NOTE, default_report_path, file_info, write_report
+from release.frame_source import FrameSource
 from release.private_data import InvalidPolicy, read_private_rows
 from selpe_audit import __version__
 from selpe_audit.registry import Registry
@@ -71,7 +72,7 @@ def common_arguments(p: argparse.ArgumentParser, synthetic: bool = True) -> None
                                     "file, else ./audit-<kind>.json)")
 
 
-def read_rows(path: str, schema: Schema, invalid: InvalidPolicy) -> list[dict[str, Any]]:
+def read_rows(path: Any, schema: Schema, invalid: InvalidPolicy) -> list[dict[str, Any]]:
     """Rows of a data file, checked against the schema: private (members, real) or synthetic
     alike - the audits read both in the enclave, by the release's own reader."""
     return read_private_rows(path, schema, invalid=invalid).priv_rows
@@ -88,15 +89,23 @@ def artifact_view(artifact: str, trust: list[str]) -> Any:
     return ReleaseView.parse(doc)
 
 
-def make_report(kind: str, inputs: dict[str, str], config: dict[str, Any],
+def make_report(kind: str, inputs: dict[str, Any], config: dict[str, Any],
                 result: dict[str, Any], t0: float) -> dict[str, Any]:
     """The report's envelope: kind, tool, what it is (never DP), inputs' hashes, settings,
     the result and the time it took since ``t0`` (`time.perf_counter`)."""
     note = ("computed from fictional demo data and the release's mechanisms only"
             if kind == "mechanism" else REPORT_NOTE)
     return {"kind": kind, "tool": f"selpe-audit {__version__}", "privacy": note,
-            "inputs": {k: file_info(v) for k, v in inputs.items()}, "config": config,
+            "inputs": {k: _input_info(v) for k, v in inputs.items()}, "config": config,
             "result": result, "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+def _input_info(data: Any) -> dict[str, Any]:
+    """A file's name and SHA-256; a DataFrame's kind and size (the API's in-memory rows)."""
+    frame = FrameSource.of(data)
+    if frame is None:
+        return file_info(data)
+    return {"path": f"{frame.display} ({frame.frame.height} rows)", "sha256": "-"}
 
 
 def finish(kind: str, args: argparse.Namespace, report: dict[str, Any],

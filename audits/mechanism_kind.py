@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from rich.console import Console
 
@@ -127,26 +128,59 @@ def _mechanism_audits(args: argparse.Namespace, kind: str, schema: Schema,
     return out
 
 
-def _run(args: argparse.Namespace) -> int:
+def audit_mechanism(kind: str = "all", *, unit: str = "both", counts_mode: str = "fixed",
+                    runs: int | None = None, calibration_runs: int | None = None,
+                    epsilon: float = 1.0, delta: float = mechanism.DEFAULT_DELTA,
+                    calibrate_to: float | None = None, confidence: float | None = None,
+                    candidates: int = mechanism.DEFAULT_CANDIDATES,
+                    field: str = mechanism.COUNTS_FIELD, progress: bool = True
+                    ) -> dict[str, Any]:
+    """Monte-Carlo epsilon audits of the release's mechanisms on fictional demo rows, as
+    ``selpe-audit audit mechanism`` (the same names as its flags).
+
+    Returns
+    -------
+    dict
+        The report: ``result["audits"]`` (one verdict per mechanism and unit, with its
+        eps_LB, intervals and details), ``result["passed"]`` and ``result["failed"]``.
+    """
+    args = argparse.Namespace(kind=kind, unit=unit, counts_mode=counts_mode, runs=runs,
+                              calibration_runs=calibration_runs, epsilon=epsilon, delta=delta,
+                              calibrate_to=calibrate_to, confidence=confidence,
+                              candidates=candidates, field=field)
+    choices = (*mechanism.KINDS, "release", "all")
+    if kind not in choices:
+        raise UserError(f"--kind must be one of {', '.join(choices)}")
+    if unit not in ("row", "person", "both"):
+        raise UserError("--unit must be row, person or both")
+    if counts_mode not in mechanism.MODEL_MODES:
+        raise UserError(f"--counts-mode must be one of {', '.join(mechanism.MODEL_MODES)}")
     t0 = time.perf_counter()
     _check(args)
     schema = load_schema(demo_schema_path())  # public, fictional: mechanisms are data-blind
-    kinds = (*mechanism.KINDS, "release") if args.kind == "all" else (args.kind,)
-    console = Console(stderr=True, highlight=False)
+    kinds = (*mechanism.KINDS, "release") if kind == "all" else (kind,)
+    console = Console(stderr=True, highlight=False, quiet=not progress)
     audits = []
-    for kind in kinds:
-        audits += (_release_audits(args, console) if kind == "release"
-                   else _mechanism_audits(args, kind, schema, console))
-    config = {"kinds": list(kinds), "epsilon": args.epsilon, "delta": args.delta,
-              "unit": args.unit,
-              "calibrate_to": args.calibrate_to,
-              "candidates": args.candidates, "field": args.field, "runs": args.runs,
-              "calibration_runs": args.calibration_runs, "confidence": args.confidence,
+    for k in kinds:
+        audits += (_release_audits(args, console) if k == "release"
+                   else _mechanism_audits(args, k, schema, console))
+    config = {"kinds": list(kinds), "epsilon": epsilon, "delta": delta, "unit": unit,
+              "calibrate_to": calibrate_to, "candidates": candidates, "field": field,
+              "runs": runs, "calibration_runs": calibration_runs, "confidence": confidence,
               "data": "fictional demo rows (selpe_audit.demo.generator), demo schema"}
     failed = [a["mechanism"] for a in audits if not a["passed"]]
     result = {"audits": audits, "passed": not failed, "failed": failed}
-    report = make_report("mechanism", {}, config, result, t0)
+    return make_report("mechanism", {}, config, result, t0)
+
+
+def _run(args: argparse.Namespace) -> int:
+    report = audit_mechanism(
+        args.kind, unit=args.unit, counts_mode=args.counts_mode, runs=args.runs,
+        calibration_runs=args.calibration_runs, epsilon=args.epsilon, delta=args.delta,
+        calibrate_to=args.calibrate_to, confidence=args.confidence,
+        candidates=args.candidates, field=args.field)
     finish("mechanism", args, report, mechanism.render)
+    failed = report["result"]["failed"]
     if failed:
         Console(stderr=True, highlight=False).print(
             f"[bold red]FAIL[/]: empirical epsilon above the claimed {args.epsilon:g} for "

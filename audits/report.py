@@ -15,12 +15,14 @@ the enclave, like every audit report.
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import math
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +39,9 @@ from audits.io import (
     write_report,
 )
 from audits.kinds import AuditKind, artifact_view, make_report, read_rows, register
+from release.frame_source import FrameSource
 from release.phrases import PhraseVocabulary
-from release.private_data import PrivateTable, read_private_rows
+from release.private_data import InvalidPolicy, PrivateTable, read_private_rows
 from release.topics import Codebook, assign_topics
 from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.artifact.view import ReleaseView
@@ -321,59 +324,157 @@ def _arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--seed", type=int, default=0)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from audits.report_page import render_report_html
+@dataclass(frozen=True)
+class Report:
+    """An audit report: every number its page shows (statistics of private rows, not DP:
+    keep it in the enclave).
 
+    Attributes
+    ----------
+    doc : dict
+        The report with its envelope (inputs, settings, time), as the JSON file holds it.
+    """
+
+    doc: dict[str, Any]
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """Every number of the page: validity, fields, associations, utility, mia,
+        sdmetrics."""
+        return self.doc["result"]
+
+    @property
+    def violates_bound(self) -> bool:
+        """Whether a membership attack beat what the artifact's (epsilon, delta) allows."""
+        return bool(self.metrics["mia"].get("bound_violations"))
+
+    def write_html(self, path: str | Path) -> Path:
+        """The page at ``path`` (.html) and every number beside it (.json); never into an
+        artifact folder. Returns the page's path."""
+        from audits.report_page import render_report_html
+
+        out = Path(path)
+        if out.suffix.lower() not in (".html", ".htm"):
+            raise UserError(f"{out}: give an .html file for the page")
+        refuse_artifact_folder(out)
+        write_report(out.with_suffix(".json"), self.doc)
+        try:
+            atomic_write_bytes(out, render_report_html(jsonable(self.doc)).encode("utf-8"))
+        except OSError as e:
+            raise UserError(f"{out}: cannot write the report ({e.strerror})") from None
+        return out
+
+    def _repr_html_(self) -> str:
+        return _summary_html(self.doc)
+
+
+def audit_report(synthetic: Any, real_train: Any, real_test: Any, schema: str | Path, *,
+                 artifact: str | Path | None = None, trust: Iterable[str | Path] = (),
+                 seed: int = 0, max_targets: int = 2000, sdmetrics: bool = True,
+                 embedder: str | None = None, invalid_rows: InvalidPolicy = "fail",
+                 progress: bool = True) -> Report:
+    """Every audit of a synthetic set against the real rows, as ``selpe-audit audit report``.
+
+    Parameters
+    ----------
+    synthetic, real_train, real_test : path or DataFrame
+        Synthetic records; the rows the release read (the MIA's members); held-out rows it
+        did not read (TSTR's test set, the MIA's non-members). Files (.csv, .parquet,
+        .jsonl) or polars/pandas DataFrames or pyarrow Tables.
+    schema : path
+        The dataset's JSON Schema.
+    artifact : path, optional
+        The release artifact: its guarantee, its DP bound on the ROC curves, its codebook.
+    trust : paths
+        Public keys to verify the artifact with (without: read unverified, and said so).
+    seed, max_targets, sdmetrics, embedder, invalid_rows
+        As the command's ``--seed``, ``--max-targets``, ``--no-sdmetrics``, ``--embedder``,
+        ``--invalid-rows``.
+    progress : bool
+        Show the steps (on stderr).
+
+    Raises
+    ------
+    UserError
+        Bad input, in the command's one line.
+    """
     t0 = time.perf_counter()
-    out = Path(args.out)
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise UserError(f"--out {out}: give an .html file for the page")
-    if args.trust and not args.artifact:
+    trust = [trust] if isinstance(trust, str | Path) else list(trust)
+    if trust and artifact is None:
         raise UserError("--trust verifies an artifact: pass --artifact too")
-    if args.max_targets < 1:
+    if max_targets < 1:
         raise UserError("--max-targets must be at least 1")
-    refuse_artifact_folder(out)
-    schema = load_record_schema(args.schema)
-    view = artifact_view(args.artifact, args.trust) if args.artifact else None
-    syn_table = read_private_rows(args.synthetic, schema, invalid="drop")
-    train = read_rows(args.real_train, schema, args.invalid_rows)
-    test = read_rows(args.real_test, schema, args.invalid_rows)
-    # utility embeds free text; the MIA's full kernel embeds text and the whole record
-    needs_embedder = schema.by_kind("text") or mia.kernel_embeds(schema, None)
-    embedder = load_embedder(args.embedder) if needs_embedder else None
-    console = Console(stderr=True, highlight=False)
+    record_schema = load_record_schema(schema)
+    view = artifact_view(str(artifact), [str(t) for t in trust]) if artifact else None
+    syn_table = read_private_rows(_source(synthetic), record_schema, invalid="drop")
+    train = read_rows(_source(real_train), record_schema, invalid_rows)
+    test = read_rows(_source(real_test), record_schema, invalid_rows)
+    encoder = _encoder(record_schema, embedder)
+    console = Console(stderr=True, highlight=False, quiet=not progress)
     with console.status("audit report") as status:
         try:
             result = build_report(
-                schema, syn_table, train, test, embedder, view, seed=args.seed,
-                max_targets=args.max_targets, use_sdmetrics=not args.no_sdmetrics,
+                record_schema, syn_table, train, test, encoder, view, seed=seed,
+                max_targets=max_targets, use_sdmetrics=sdmetrics,
                 progress=lambda step: status.update(f"audit report: {step}"))
         except ValueError as e:
-            raise UserError(f"{args.synthetic}: {e}") from None
-    inputs = {"synthetic": args.synthetic, "real_train": args.real_train,
-              "real_test": args.real_test, "schema": args.schema}
-    config = {"seed": args.seed, "max_targets": args.max_targets,
-              "embedder": args.embedder or "bundled default",
-              "sdmetrics": not args.no_sdmetrics}
+            raise UserError(f"{_name(synthetic)}: {e}") from None
+    inputs = {"synthetic": synthetic, "real_train": real_train, "real_test": real_test,
+              "schema": schema}
+    config = {"seed": seed, "max_targets": max_targets,
+              "embedder": embedder or "bundled default", "sdmetrics": sdmetrics}
     doc = make_report("report", inputs, config, result, t0)
-    doc["dataset"] = view.dataset if view is not None else schema.name
+    doc["dataset"] = view.dataset if view is not None else record_schema.name
     if view is not None:
-        g = view.guarantees
-        doc["artifact"] = {"path": str(Path(args.artifact)), "verified": bool(args.trust),
-                           "epsilon": view.ledger.total_epsilon,
-                           "delta": view.ledger.total_delta,
-                           "statements": list(g.statements)}
-    json_path = write_report(out.with_suffix(".json"), doc)
-    html = render_report_html(jsonable(doc))
-    try:
-        atomic_write_bytes(out, html.encode("utf-8"))
-    except OSError as e:
-        raise UserError(f"{out}: cannot write the report ({e.strerror})") from None
+        doc["artifact"] = _artifact_block(view, artifact, bool(trust))
+    return Report(doc)
+
+
+def _artifact_block(view: ReleaseView, artifact: Any, verified: bool) -> dict[str, Any]:
+    """What the report says of the artifact whose bound and codebook it used."""
+    return {"path": str(Path(artifact)), "verified": verified,
+            "epsilon": view.ledger.total_epsilon, "delta": view.ledger.total_delta,
+            "statements": list(view.guarantees.statements)}
+
+
+def _encoder(schema: Schema, embedder: str | None) -> TextEncoder | None:
+    """The embedder when the audits need one: utility embeds free text; the MIA's full
+    kernel embeds text and the whole record."""
+    needed = schema.by_kind("text") or mia.kernel_embeds(schema, None)
+    return load_embedder(embedder) if needed else None
+
+
+def _source(data: Any) -> Any:
+    """A file path as given, or an in-memory table as the release's frame source."""
+    return FrameSource.of(data) or data
+
+
+def _name(data: Any) -> str:
+    return str(_source(data))
+
+
+def _summary_html(doc: dict[str, Any]) -> str:
+    """The terminal's summary table as HTML (a notebook's display)."""
+    console = Console(record=True, width=100, file=io.StringIO())
+    console.print(report_summary(doc))
+    return console.export_html(inline_styles=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--out {out}: give an .html file for the page")
+    refuse_artifact_folder(out)
+    report = audit_report(args.synthetic, args.real_train, args.real_test, args.schema,
+                          artifact=args.artifact, trust=args.trust, seed=args.seed,
+                          max_targets=args.max_targets, sdmetrics=not args.no_sdmetrics,
+                          embedder=args.embedder, invalid_rows=args.invalid_rows)
+    report.write_html(out)
     con = Console(highlight=False)
-    con.print(report_summary(doc))
-    con.print(f"report: {out} (numbers: {json_path}); statistics of private rows, not DP: "
-              "keep it in the enclave")
-    return 1 if result["mia"].get("bound_violations") else 0
+    con.print(report_summary(report.doc))
+    con.print(f"report: {out} (numbers: {out.with_suffix('.json')}); statistics of private "
+              "rows, not DP: keep it in the enclave")
+    return 1 if report.violates_bound else 0
 
 
 AUDIT = register(AuditKind("report", "one HTML page: fidelity, TSTR, text, MIA vs. the DP "

@@ -130,6 +130,11 @@ def _artifact_read(quick: bool) -> dict[str, Any]:
     return artifact_read.run(quick=quick)
 
 
+def _api(quick: bool) -> dict[str, Any]:
+    from benchmarks import api
+    return api.run(quick=quick)
+
+
 def _counts_modes(quick: bool) -> dict[str, Any]:
     from benchmarks import counts_modes
     return counts_modes.run(quick)
@@ -188,6 +193,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "images": ("python -m benchmarks.images", _images),
     "audit_report": ("python -m benchmarks.audit_report", _audit_report),
     "artifact_read": ("python -m benchmarks.artifact_read", _artifact_read),
+    "api": ("python -m benchmarks.api", _api),
 }
 
 

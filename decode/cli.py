@@ -1,21 +1,18 @@
-"""``selpe-audit decode``: the off-site stage's command."""
+"""``selpe-audit decode``: the off-site stage's command, a thin layer over `decode.api`."""
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from decode.api import GPU_ENV, decode_settings, decode_to
 from decode.chunks import CHUNK_ROWS
 from decode.decoders import decoder_names, registry
-from decode.pipeline import DEFAULT_DECODER, DecodeSettings, run_decode
+from decode.pipeline import DEFAULT_DECODER
 from selpe_audit.cli.command import Command
-from selpe_audit.errors import UserError
-
-GPU_ENV = "SELPE_AUDIT_GPU_LAYERS"
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,43 +77,17 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                           "\"other\" and long-text topics)")
 
 
-def gpu_layers(arg: int | None) -> int:
-    """The flag, else $SELPE_AUDIT_GPU_LAYERS (the decode container sets -1), else 0."""
-    if arg is not None:
-        return arg
-    env = os.environ.get(GPU_ENV, "").strip()
-    if not env:
-        return 0
-    try:
-        return int(env)
-    except ValueError:
-        raise UserError(f"${GPU_ENV} must be an integer (layers to offload, -1 = all)") from None
-
-
 def _run(args: argparse.Namespace) -> int:
-    if args.require_approvals < 0:
-        raise UserError("--require-approvals must be >= 0")
-    if args.ray is not None and args.shard is not None:
-        raise UserError("--shard makes one part in this process; leave it out with --ray, "
-                        "which runs every part on the cluster")
-    settings = DecodeSettings(n=args.n, decoder=args.decoder, seed=args.seed,
-                              overgenerate=args.overgenerate, select_top=args.select_top,
-                              fit=args.fit, two_stage=args.two_stage, hybrid=args.hybrid,
-                              paraphrase_phrases=args.paraphrase_phrases,
-                              model=args.model,
-                              gpu_layers=gpu_layers(args.gpu_layers),
-                              shards=1 if args.shards is None else args.shards,
-                              shard=args.shard, chunk_rows=args.chunk_rows)
+    settings = decode_settings(args.n, decoder=args.decoder, seed=args.seed,
+                               overgenerate=args.overgenerate, select_top=args.select_top,
+                               fit=args.fit, two_stage=args.two_stage, hybrid=args.hybrid,
+                               paraphrase_phrases=args.paraphrase_phrases, model=args.model,
+                               gpu_layers=args.gpu_layers,
+                               shards=1 if args.shards is None else args.shards,
+                               shard=args.shard, chunk_rows=args.chunk_rows)
     con = Console(stderr=True, highlight=False)
-    if args.ray is not None:
-        from decode.cluster import run_on_ray  # Ray only when asked for
-
-        result = run_on_ray(args.artifact, args.trust, args.require_approvals, args.out,
-                            settings, args.ray or None, args.shards, con,
-                            release_key=args.release_key)
-    else:
-        result = run_decode(args.artifact, args.trust, args.require_approvals, args.out,
-                            settings, con, release_key=args.release_key)
+    result = decode_to(args.artifact, args.trust, args.require_approvals, args.out, settings,
+                       con, release_key=args.release_key, ray=args.ray, ray_parts=args.shards)
     doc = result.provenance_doc
     t = Table(title=f"decoded {result.rows} rows into {result.out}")
     for col in ("class", "rows", "candidates"):

@@ -1,4 +1,4 @@
-"""``selpe-audit release``: the enclave stage's command."""
+"""``selpe-audit release``: the enclave stage's command, a thin layer over `release.api`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from release import counts, selection
+from release.api import release_with
 from release.config_file import cli_settings, load_config, setting_keys
-from release.pipeline import run_release
 from selpe_audit.cli.command import Command
 
 #: the argument groups of the config's sections (the top level and budget stay ungrouped)
@@ -46,17 +46,14 @@ def _run(args: argparse.Namespace) -> int:
         console.print(f"note: --selection {args.selection_mode} gets no epsilon (the budget is "
                       "counts only by default) and does not run; --counts-share 0.5 gives it "
                       "half")
-    result = run_release(cfg, console)
-    ledger = result.doc["ledger"]
+    ledger = release_with(cfg, console).document.ledger
     t = Table(title="privacy ledger")
     for col in ("mechanism id", "mechanism", "scale", "epsilon", "delta", "rho"):
         t.add_column(col)
-    for e in ledger["entries"]:
-        rho = f"{e['rho']:.4g}" if "rho" in e else ""
-        t.add_row(e["id"], e["mechanism"], f"{e['scale']:.3g}", f"{e['epsilon']:.4g}",
-                  f"{e['delta']:.3g}", rho)
-    t.add_row("total", "", "", f"{ledger['total_epsilon']:.4g}",
-              f"{ledger['total_delta']:.3g}", "")
+    for e in ledger.entries:
+        rho = f"{e.rho:.4g}" if e.rho is not None else ""
+        t.add_row(e.id, e.mechanism, f"{e.scale:.3g}", f"{e.epsilon:.4g}", f"{e.delta:.3g}", rho)
+    t.add_row("total", "", "", f"{ledger.total_epsilon:.4g}", f"{ledger.total_delta:.3g}", "")
     Console(highlight=False).print(t)
     return 0
 

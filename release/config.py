@@ -109,6 +109,7 @@ from release.config_sections import (
 )
 from release.database import DatabaseSource, is_database_url
 from release.enclave_log import check_log_path, default_log_path
+from release.frame_source import FrameSource
 from selpe_audit.artifact.counts_modes import counts_modes
 from selpe_audit.artifact.modes import modes, or_list
 from selpe_audit.errors import UserError
@@ -120,7 +121,7 @@ class ReleaseConfig:
     """The whole release, checked on construction; `check` adds the checks that need the
     dataset's schema."""
 
-    data: Path | str = setting(  # a file, or a postgresql:// URL (with query or table)
+    data: Path | str | FrameSource = setting(  # a file, a postgresql:// URL, or a DataFrame
         help="private rows: .csv, .parquet or .jsonl, or a database "
         "postgresql://user@host[:port]/db (password from PGPASSWORD or PGPASSFILE, never "
         "here) with --query or --table")
@@ -158,8 +159,10 @@ class ReleaseConfig:
         self._check_delta()
 
     @property
-    def source(self) -> Path | DatabaseSource:
-        """Where the private rows are: a file, or a database query."""
+    def source(self) -> Path | DatabaseSource | FrameSource:
+        """Where the private rows are: a file, a database query, or a DataFrame (the API)."""
+        if isinstance(self.data, FrameSource):
+            return self.data
         if is_database_url(str(self.data)):
             return DatabaseSource(str(self.data), query=self.query, table=self.table)
         return Path(self.data)

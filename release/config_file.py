@@ -20,6 +20,7 @@ from release.config_sections import (
     mode_settings,
 )
 from release.database import is_database_url
+from release.frame_source import FrameSource
 from selpe_audit.artifact.modes import describe, mode_names, modes
 from selpe_audit.errors import UserError
 
@@ -142,15 +143,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
     for needed in ("data", "schema"):
         if needed not in top:
             raise UserError(f"config: '{needed}' is required (in the TOML file or as --{needed})")
+    in_memory = isinstance(top["data"], FrameSource)
     if "dataset" not in top:
-        if not is_database_url(str(top["data"])):
-            top["dataset"] = Path(top["data"]).stem
-        elif top.get("table"):
-            top["dataset"] = str(top["table"]).rsplit(".", 1)[-1]
-        else:
-            raise UserError("config: name the dataset (--dataset or dataset = ...) when the "
-                            "rows come from a database query; the lifetime ledger is per "
-                            "dataset")
+        top["dataset"] = _default_dataset(top)
     top.setdefault("out", "out/release")
     if "release_key" not in top:
         raise UserError("config: 'release_key' is required (TOML release_key or --key); make "
@@ -160,6 +155,8 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
         sel["schedule"] = tuple(sel["schedule"])
     for values in (top, *sections.values()):
         for k in _PATHS & values.keys():
+            if k == "data" and in_memory:
+                continue
             if not (k in ("data", "lifetime_ledger") and is_database_url(str(values[k]))):
                 values[k] = Path(values[k])
     try:
@@ -167,6 +164,21 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
                                        for name, values in sections.items()})
     except TypeError as e:
         raise UserError(f"config: {e}") from None
+
+
+def _default_dataset(top: dict[str, Any]) -> str:
+    """The ledger's dataset name when none is given: a file's stem, a database table's name;
+    a query or a DataFrame must name it."""
+    if isinstance(top["data"], FrameSource):
+        raise UserError("config: name the dataset (dataset=...) when the rows come from a "
+                        "DataFrame; the lifetime ledger is per dataset")
+    if not is_database_url(str(top["data"])):
+        return Path(top["data"]).stem
+    if top.get("table"):
+        return str(top["table"]).rsplit(".", 1)[-1]
+    raise UserError("config: name the dataset (--dataset or dataset = ...) when the "
+                        "rows come from a database query; the lifetime ledger is per "
+                        "dataset")
 
 
 def _read_tables(raw: dict[str, Any], src: str,

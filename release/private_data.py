@@ -1,5 +1,6 @@
-"""The one module that opens private data: files (CSV, Parquet, JSONL) or a database query
-(`release.database`), through one validation path.
+"""The one module that opens private data: files (CSV, Parquet, JSONL), a database query
+(`release.database`) or a notebook's DataFrame (`FrameSource`), through one validation
+path.
 
 Rows are coerced to the schema's types and validated with jsonschema; the rows whose cells
 plainly pass are coerced and checked as polars expressions instead (`release.columnar_check`,
@@ -23,6 +24,7 @@ import polars as pl
 
 from release.columnar_check import coerce_plain
 from release.database import DatabaseSource, read_frame
+from release.frame_source import FrameSource
 from selpe_audit.artifact.records import Source, json_form
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
@@ -54,15 +56,17 @@ class PrivateTable:
         return self.frame.to_dicts()
 
 
-def read_private_rows(source: str | Path | DatabaseSource, schema: Schema,
+def read_private_rows(source: str | Path | DatabaseSource | FrameSource, schema: Schema,
                       invalid: InvalidPolicy = "fail") -> PrivateTable:
     """Read, coerce and validate every row; `UserError` on any source-level problem."""
-    if isinstance(source, DatabaseSource):
-        frame = read_frame(source)
+    if isinstance(source, DatabaseSource | FrameSource):
+        database = isinstance(source, DatabaseSource)
+        frame = read_frame(source) if database else source.frame
         where = source.display
         if frame.height == 0:
-            raise UserError(f"{where}: the query returned no rows")
-        _check_database_types(frame, schema, where)
+            raise UserError(f"{where}: " + ("the query returned no rows" if database
+                                            else "it has no rows"))
+        _check_column_types(frame, schema, where, database)
         return _validate(frame, schema, invalid, where)
     p = Path(source)
     fmt = FORMATS.get(p.suffix.lower())
@@ -80,11 +84,14 @@ def read_private_rows(source: str | Path | DatabaseSource, schema: Schema,
     return _validate(frame, schema, invalid, str(p))
 
 
-def source_description(source: str | Path | DatabaseSource, key: bytes) -> dict[str, Any]:
+def source_description(source: str | Path | DatabaseSource | FrameSource,
+                       key: bytes) -> dict[str, Any]:
     """The artifact's ``source`` block: the kind of source, never its location (``key``: the
     enclave secret that keys a query's HMAC)."""
     if isinstance(source, DatabaseSource):
         return source.public_description(key)
+    if isinstance(source, FrameSource):
+        return json_form(Source("dataframe"))
     return json_form(Source("file", FORMATS[Path(source).suffix.lower()]))
 
 
@@ -137,8 +144,10 @@ def polars_dtypes(schema: Schema) -> dict[str, Any]:
             for f in schema.fields}
 
 
-def _check_database_types(frame: pl.DataFrame, schema: Schema, where: str) -> None:
-    """A column whose database type the field cannot take is one error, not one per row."""
+def _check_column_types(frame: pl.DataFrame, schema: Schema, where: str,
+                        database: bool) -> None:
+    """A column whose (database or DataFrame) type the field cannot take is one error, not
+    one per row."""
     for f in schema.fields:
         if f.name not in frame.columns:
             continue
@@ -147,9 +156,11 @@ def _check_database_types(frame: pl.DataFrame, schema: Schema, where: str) -> No
         number = dtype.is_numeric()
         ok = text if f.kind == "text" else (text or number)
         if not ok:
+            target = "text" if f.json_type == "string" else "numeric"
+            fix = (f"cast it in the query (e.g. {f.name}::{target})" if database else
+                   f"cast the column to {'strings' if target == 'text' else 'numbers'}")
             raise UserError(f"{where}: column '{f.name}' has type {dtype}, which the schema's "
-                            f"{f.json_type} field cannot take; cast it in the query "
-                            f"(e.g. {f.name}::{'text' if f.json_type == 'string' else 'numeric'})")
+                            f"{f.json_type} field cannot take; {fix}")
 
 
 def _check_utf8(p: Path) -> None:

@@ -1,10 +1,19 @@
-"""selpe-audit: shared core (schema, artifact, signing, generation, embeddings, kernel, CLI).
+"""selpe-audit: privacy-audited synthetic structured-text data, and its shared core
+(schema, artifact, signing, generation, embeddings, kernel, CLI).
 
-This package holds no code that reads private rows and imports no stage package
-(``release``, ``decode``, ``audits``); tests/test_import_boundaries.py enforces that.
+The Python API (docs/api.md): in the enclave, `release` (a file, query or DataFrame in, a
+signed artifact out), `audit_report` and `audit_mechanism`; for the reviewer, `approve`;
+off-site, `open_artifact` (verified as ``decode`` verifies) and `Artifact.sample`. Each
+name is looked up in its stage's ``api`` module on first use, as the console script finds
+its commands: this package
+holds no code that reads private rows and imports no stage package (``release``,
+``decode``, ``audits``; tests/test_import_boundaries.py), and an analyst who only opens an
+artifact never loads the release stage.
 """
 
+import importlib
 import os
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -23,3 +32,25 @@ for _name, _value in ALLOCATOR_ENV.items():
         os.environ[_name] = _value
     elif _current == POLARS_ALLOCATOR_DEFAULT:
         os.environ[_name] = f"{_current},{_value}"
+
+#: every public name of the API and the stage module that defines it
+API = {"release": "release.api", "Release": "release.api",
+       "open_artifact": "decode.api", "Artifact": "decode.api",
+       "audit_report": "audits.api", "audit_mechanism": "audits.api", "Report": "audits.api",
+       "approve": "selpe_audit.review.approval",
+       "generate_keypair": "selpe_audit.artifact.signing", "UserError": "selpe_audit.errors"}
+
+__all__ = ["__version__", *API]
+
+
+def __getattr__(name: str) -> Any:
+    """``selpe_audit.release`` and the rest: the stage's function, imported on first use."""
+    if name not in API:
+        raise AttributeError(f"module 'selpe_audit' has no attribute '{name}'")
+    value = getattr(importlib.import_module(API[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *API})

@@ -408,3 +408,16 @@ def test_release_time_quick(tmp_path):
         for s in ("default", "with selection")}
     assert all(x["runs"] == 1 and x["median_s"] > 0 for x in r["rows"])
     assert "target 60 s" in r["summary"] and "| table | release | median s |" in out.read_text()
+
+
+@pytest.mark.slow
+def test_api_benchmark_quick(tmp_path):
+    """Issue 68's overhead row at smoke size, through the runner: the command, the API with
+    a file and with a DataFrame, and the model decode both ways, each timed, ratios to the
+    command."""
+    r = _quick(tmp_path, "api")
+    assert set(r["release_s"]) == {"command", "api, file", "api, DataFrame"}
+    assert set(r["decode_s"]) == {"command", "api, sample"}
+    assert all(s > 0 for s in [*r["release_s"].values(), *r["decode_s"].values()])
+    assert r["n"] == 1_000 and 0 < r["worst_ratio"] < 3
+    assert "| job | way | median s | x command |" in r["table"]

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from decode import allocation
 from decode.allocation import allocate
+from decode.api import GPU_ENV, gpu_layers
 from decode.checkpoint import Checkpoint, checkpoint_path
-from decode.cli import GPU_ENV, gpu_layers
 from decode.decoders.llm import LLMDecoder
 from decode.decoders.marginals import PLACEHOLDER, MarginalsDecoder
 from decode.fit import (

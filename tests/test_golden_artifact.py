@@ -95,17 +95,17 @@ def _paths(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def _masked(value: Any, masked: set[str], prefix: str = "") -> Any:
+def masked_doc(value: Any, masked: set[str], prefix: str = "") -> Any:
     if isinstance(value, dict):
-        return {k: _masked(v, masked, path) for k, v in value.items()
+        return {k: masked_doc(v, masked, path) for k, v in value.items()
                 if (path := f"{prefix}.{k}" if prefix else k) not in masked}
     if isinstance(value, list):
         item = f"{prefix}.*"
-        return [MASK if item in masked else _masked(v, masked, item) for v in value]
+        return [MASK if item in masked else masked_doc(v, masked, item) for v in value]
     return value
 
 
-def _canonical(doc: Any) -> str:
+def canonical(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, ensure_ascii=False, indent=1) + "\n"
 
 
@@ -120,22 +120,22 @@ def test_the_demo_artifact_is_the_golden_one(tmp_path, keys, models, planned_row
                  if len({json.dumps(x.get(p), sort_keys=True) for x in leaves}) > 1}
         masked = sorted(noisy | set(ALWAYS_MASKED))
         GOLDEN.mkdir(exist_ok=True)
-        golden.write_text(_canonical({"masked": masked,
-                                      "document": _masked(docs[0], set(masked))}),
+        golden.write_text(canonical({"masked": masked,
+                                      "document": masked_doc(docs[0], set(masked))}),
                           encoding="utf-8")
     want = json.loads(golden.read_text(encoding="utf-8"))
     masked = set(want["masked"]) | set(ALWAYS_MASKED)
-    got = _masked(_release(tmp_path, keys, variant, RUNS), masked)
-    want_doc = _masked(want["document"], masked)
-    got_vectors, want_vectors = _anchor_vectors(got), _anchor_vectors(want_doc)
+    got = masked_doc(_release(tmp_path, keys, variant, RUNS), masked)
+    want_doc = masked_doc(want["document"], masked)
+    got_vectors, want_vectors = anchor_vectors(got), anchor_vectors(want_doc)
     assert got_vectors.keys() == want_vectors.keys()
     for name, vectors in want_vectors.items():
         diff = np.abs(np.asarray(got_vectors[name]) - np.asarray(vectors))
         assert diff.max(initial=0.0) <= LAST_DECIMAL * 1.01, name
-    assert _canonical(got) == _canonical(want_doc)
+    assert canonical(got) == canonical(want_doc)
 
 
-def _anchor_vectors(doc: dict[str, Any]) -> dict[str, Any]:
+def anchor_vectors(doc: dict[str, Any]) -> dict[str, Any]:
     """Each topic codebook's anchor vectors, taken out of ``doc`` (compared apart)."""
     topics = (doc.get("counts") or {}).get("topics") or {}
     return {name: t.pop(CPU_ROUNDED) for name, t in topics.items()

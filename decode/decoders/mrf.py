@@ -19,6 +19,7 @@ for a block of records at once.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,13 @@ import numpy as np
 from selpe_audit.artifact.model_block import CountsModel
 
 
+@functools.lru_cache(maxsize=4)
 def rebuild_model(block: CountsModel) -> Any:
-    """The release's fitted model (a ``mbi.MarkovRandomField``) from the released marginals."""
+    """The release's fitted model (a ``mbi.MarkovRandomField``) from the released marginals.
+
+    Kept for the process's next decoders of the same artifact (a notebook sampling twice,
+    shards, the benchmarks): the fit is deterministic and takes seconds, the block is frozen
+    and hashable, and no caller changes the model it gets."""
     import mbi
     import opendp.prelude as dp
 

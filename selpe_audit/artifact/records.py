@@ -218,11 +218,12 @@ class PrivacyUnit:
 class Source:
     """Where the private rows came from, without saying where that is: a file format, or a
     database kind and the query's HMAC-SHA256 under an enclave secret (never host, user or
-    query; a plain hash of a short query is undone by guessing)."""
+    query; a plain hash of a short query is undone by guessing), or a DataFrame handed to
+    the Python API."""
 
     __pydantic_config__ = CLOSED
 
-    kind: Literal["file", "postgresql"]
+    kind: Literal["file", "postgresql", "dataframe"]
     format: Literal["csv", "parquet", "jsonl"] | None = None
     query_hmac_sha256: Sha256 | None = None
 

@@ -470,6 +470,13 @@ def render_review_html(doc: dict[str, Any],
         "verify release.json's signatures before relying on it.</footer>")
 
 
+def render_summary_html(doc: dict[str, Any]) -> str:
+    """The page's summary and guarantee as a fragment for a notebook (without the page's
+    stylesheet, which would restyle the notebook around it)."""
+    view = as_view(doc)
+    return f"<div>{_summary(view)}{_guarantees(view)}</div>"
+
+
 def write_review_html(artifact_dir: Path, doc: dict[str, Any] | None = None, *,
                       signature_status: list[SignatureStatus] | None = None,
                       path: Path | None = None, release_key_id: str | None = None) -> Path:

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.prompt import Confirm
@@ -31,14 +30,12 @@ from selpe_audit.artifact.model_block import CountsModel, ModelMarginal
 from selpe_audit.artifact.records import Rate
 from selpe_audit.artifact.signing import (
     key_id,
-    load_private_key,
     load_public_key,
-    sign_file,
-    verify_bytes,
 )
 from selpe_audit.artifact.view import ReleaseView, as_dict, cell_label
 from selpe_audit.cli.command import Command
 from selpe_audit.errors import UserError
+from selpe_audit.review.approval import released_bytes, reviewer_key_id, sign_approval
 from selpe_audit.review.page import REVIEW_FILE, write_review_html
 from selpe_audit.review.view import (
     EPSILON_HIGH,
@@ -428,28 +425,10 @@ def _approve_args(p: argparse.ArgumentParser) -> None:
                    help="approve without asking (needed when there is no terminal)")
 
 
-def _released_bytes(d: Path, release_key: Path) -> tuple[bytes, dict[str, Any]]:
-    """The bytes of release.json that the release key signed, and their document: nothing
-    is shown or approved unless the releaser's own signature verifies over them."""
-    ver = verify_bytes(d, RELEASE_FILE, [], release_key=release_key)
-    try:
-        doc = json.loads(ver.data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise UserError(f"{d / RELEASE_FILE}: signed but not valid UTF-8 JSON") from None
-    if not isinstance(doc, dict) or doc.get("release_key_id") != ver.release_key_id:
-        raise UserError(f"{d / RELEASE_FILE}: does not name {ver.release_key_id} "
-                        f"({release_key}) as its release key; do not approve it")
-    return ver.data, doc
-
-
 def _approve(args: argparse.Namespace) -> int:
     d = Path(args.artifact)
-    data, doc = _released_bytes(d, args.release_key)
-    key = load_private_key(args.key)
-    kid = key_id(key.public_key())
-    if kid == doc.get("release_key_id"):
-        raise UserError(f"{args.key}: this is the release key ({kid}); an approval must come "
-                        "from a different key - make a reviewer key with 'selpe-audit keygen'")
+    data, doc = released_bytes(d, args.release_key)
+    kid = reviewer_key_id(args.key, doc)
     if not args.yes and not sys.stdin.isatty():
         raise UserError("no terminal to ask for confirmation; pass --yes to approve without "
                         "asking")
@@ -470,13 +449,7 @@ def _approve(args: argparse.Namespace) -> int:
     if not args.yes and not Confirm.ask(question, default=False, console=con):
         con.print("not approved; nothing was signed")
         return 1
-    sig = sign_file(d, RELEASE_FILE, args.key)
-    try:
-        key.public_key().verify(sig.read_bytes(), data)
-    except InvalidSignature:
-        sig.unlink(missing_ok=True)
-        raise UserError(f"{d / RELEASE_FILE}: changed after it was shown; nothing was "
-                        "approved - run approve again") from None
+    sig = sign_approval(d, data, args.key)
     con.print(Text(f"approved: wrote {sig}. Decode counts it with --release-key "
                    "<release .pub.pem> --trust <your .pub.pem> --require-approvals 1."))
     return 0
