@@ -46,7 +46,7 @@ from release.topics import Codebook, assign_topics
 from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.artifact.view import ReleaseView
 from selpe_audit.errors import UserError
-from selpe_audit.kernel.distance import TextEncoder
+from selpe_audit.kernel.private_text import TextEncoder
 from selpe_audit.schema import Field, Schema
 
 Row = dict[str, Any]

@@ -44,7 +44,7 @@ from audits import text_quality
 from audits.io import load_embedder, load_record_schema
 from audits.kinds import AuditKind, common_arguments, finish, make_report, read_rows, register
 from audits.scoring import TOKEN_PATTERN, fit_predict, macro_ovr_auc
-from selpe_audit.kernel.distance import TextEncoder
+from selpe_audit.kernel.private_text import TextEncoder
 from selpe_audit.schema import Schema
 
 #: This project's evaluator first, then the standard tabular one (``STANDARD``).

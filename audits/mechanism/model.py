@@ -18,13 +18,13 @@ from audits.mechanism.core import DEFAULT_DELTA, Neighbours, Sampler, conversion
 from release.config_sections import CountsConfig
 from release.counts import counts_modes
 from release.counts import get as counts_mode
-from release.counts.keys import UNIT_COL, derive_frame
+from release.counts.keys import derive_frame
 from release.counts.model import ModelMode, model_columns
 from release.dp import OpenDPException
 from release.dp.compat import mbi_helpers
 from release.dp.counts import make_context
 from release.dp.tables import CalibratedFixed, calibrate_table_slot, make_table_query
-from release.dp.unit import PrivacyUnit
+from release.dp.unit import UNIT_COL, PrivacyUnit
 from release.dp.zcdp import calibrate_zcdp_budget
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import Schema

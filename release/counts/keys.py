@@ -16,7 +16,7 @@ import polars as pl
 
 from release.config_sections import CohortSpec, CountsConfig, RateSpec
 from release.dp.counts import COUNT_COLUMN, CountQuery, NoisyCounts
-from release.dp.unit import unit_codes
+from release.dp.unit import UNIT_COL, unit_codes
 from release.private_data import polars_dtypes
 from selpe_audit.artifact import records
 from selpe_audit.bins import bin_expr
@@ -25,7 +25,6 @@ from selpe_audit.schema import CohortRule, Field, Schema
 CLASS_COL = "__class"
 COHORT_COL = "__cohort"
 OUTCOME_COL = "__outcome"
-UNIT_COL = "__unit"
 OTHER_COHORT = "(other)"
 
 

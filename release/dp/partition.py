@@ -18,8 +18,8 @@ import polars as pl
 from release.dp import spools
 from release.dp.compat import polars_plan
 from release.dp.counts import COUNT_COLUMN
+from release.dp.unit import UNIT_COL
 
-UNIT_COL = "__unit"
 TERM_COL = "__phrase"
 
 

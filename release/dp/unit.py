@@ -9,6 +9,8 @@ import opendp.prelude as dp
 import polars as pl
 
 IdsT = TypeVar("IdsT", pl.Expr, pl.Series)
+#: the frame column of a person's code (`unit_codes`), in every query that bounds people
+UNIT_COL = "__unit"
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,8 @@ from typing import Any
 import polars as pl
 
 from release.config import ReleaseConfig
-from release.counts.keys import UNIT_COL
 from release.counts.model import topic_col
-from release.dp.unit import PrivacyUnit
+from release.dp.unit import UNIT_COL, PrivacyUnit
 from release.enclave_log import EnclaveLog
 from release.phrases import CONSTRUCTOR, PhraseVocabulary, read_denylist, release_phrases
 from release.plan import vocabulary_budget

@@ -34,11 +34,12 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from selpe_audit.kernel.private_text import TextEncoder, private_encoder
 from selpe_audit.schema import Schema
 
 #: records as the kernel reads them: dicts (candidates), or a frame typed by the schema (the
@@ -72,24 +73,6 @@ EMPTY_BATCH_DISTANCE = 1.0
 _WEIGHT_SUM_TOL = 1e-6
 _NORM_TOL = 1e-3
 _DEGENERATE_NORM = 1e-12
-
-
-class TextEncoder(Protocol):
-    """What the kernel needs from an embedder (`selpe_audit.embeddings.Embedder`)."""
-
-    def encode(self, texts: list[str]) -> np.ndarray: ...
-
-
-class _OneAtATime:
-    """A plain `TextEncoder` asked for one text per call (no batch neighbours)."""
-
-    def __init__(self, encoder: TextEncoder | None) -> None:
-        self.encoder = encoder
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        assert self.encoder is not None
-        return np.concatenate([np.asarray(self.encoder.encode([t]), dtype=np.float32)
-                               for t in texts]) if texts else np.zeros((0, 0), np.float32)
 
 
 def channel_kind(name: str) -> str:
@@ -345,9 +328,7 @@ class Kernel:
         """Every channel of private rows, each row's features a function of that row alone:
         texts are encoded by the embedder's private view (each vector from its text alone;
         its own cache, never the candidates'). Private out."""
-        view = getattr(self.embedder, "private_view", None)
-        encoder = view() if view is not None else _OneAtATime(self.embedder)
-        return self._featurize(priv_records, encoder)
+        return self._featurize(priv_records, private_encoder(self.embedder))
 
     def _featurize(self, records: Records, encoder: TextEncoder | None) -> Features:
         n = len(records)
