@@ -61,11 +61,12 @@ def _private_imports(module: str, tree: ast.AST, known: set[str]) -> Iterator[st
                     yield f"{module}: {node.module}.{alias.name}"
 
 
-def _opendp_importers(module: str, tree: ast.AST) -> bool:
+def _imports(tree: ast.AST, package: str) -> bool:
+    """Whether the module imports ``package`` (or one of its modules) anywhere."""
     for node in ast.walk(tree):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                  [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-        if any(n == "opendp" or n.startswith("opendp.") for n in names):
+        if any(n == package or n.startswith(f"{package}.") for n in names):
             return True
     return False
 
@@ -73,7 +74,7 @@ def _opendp_importers(module: str, tree: ast.AST) -> bool:
 def shape(root: Path) -> dict[str, Any]:
     """The measures of the tree at ``root``."""
     modules = _modules(root)
-    long_functions, long_modules, private, opendp = [], [], [], []
+    long_functions, long_modules, private, opendp, pgm = [], [], [], [], []
     for module, path in modules.items():
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -85,14 +86,16 @@ def shape(root: Path) -> dict[str, Any]:
         if lines > MAX_MODULE and rel not in LONG_BY_NATURE:
             long_modules.append((lines, rel))
         private += _private_imports(module, tree, set(modules))
-        if _opendp_importers(module, tree) and not module.startswith("release.dp"):
-            opendp.append(module)
+        if not module.startswith("release.dp"):
+            opendp += [module] if _imports(tree, "opendp") else []
+            pgm += [module] if _imports(tree, "mbi") else []
     pipeline = ast.parse((root / "release/pipeline.py").read_text(encoding="utf-8"))
     return {"pipeline_lines": len((root / "release/pipeline.py").read_text().splitlines()),
             "release_function_lines": dict(_functions(pipeline)).get("_release"),
             "functions_over_max": sorted(long_functions, reverse=True),
             "modules_over_max": sorted(long_modules, reverse=True),
-            "private_imports": sorted(private), "opendp_outside_dp": sorted(opendp)}
+            "private_imports": sorted(private), "opendp_outside_dp": sorted(opendp),
+            "mbi_outside_dp": sorted(pgm)}
 
 
 def _base_tree(commit: str, into: Path) -> Path | None:

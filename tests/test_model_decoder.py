@@ -136,6 +136,15 @@ def decoder(release):
 
 # ----- the model ---------------------------------------------------------------------------
 
+def test_the_refit_shim_is_pinned_to_the_installed_private_pgm():
+    """decode reaches mbi's junction tree and message passing through `decode.decoders.pgm`
+    only; those names are read against one version, the one installed."""
+    from decode.decoders import pgm
+
+    assert pgm.version() == pgm.PINNED
+    assert all(hasattr(pgm, name) for name in pgm.__all__)
+
+
 @pytest.mark.slow
 def test_rebuilt_model_equals_the_released_one(release):
     table, block = release

@@ -21,7 +21,7 @@ from release.counts import get as counts_mode
 from release.counts.keys import derive_frame
 from release.counts.model import ModelMode, model_columns
 from release.dp import OpenDPException
-from release.dp.compat import mbi_helpers
+from release.dp.compat import mbi_helpers, pgm
 from release.dp.counts import make_context
 from release.dp.tables import CalibratedFixed, calibrate_table_slot, make_table_query
 from release.dp.unit import UNIT_COL, PrivacyUnit
@@ -69,10 +69,9 @@ class _KeptFixed(CalibratedFixed):
 def _no_fit(domain: Any, measurements: Any, potentials: Any = None) -> Any:
     """Stands in for the model fit (post-processing of the released marginals, not
     audited): an all-zero model over the domain, which costs nothing."""
-    from mbi import CliqueVector, MarkovRandomField
-
-    zeros = CliqueVector.zeros(domain, [tuple(domain.attrs)[:1]])
-    return MarkovRandomField(potentials=zeros, marginals=zeros)
+    mbi = pgm()
+    zeros = mbi.CliqueVector.zeros(domain, [tuple(domain.attrs)[:1]])
+    return mbi.MarkovRandomField(potentials=zeros, marginals=zeros)
 
 
 def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELTA,
@@ -230,9 +229,8 @@ def _canary_shift(kept: dict[str, Any], cliques: list[Any], cols: list[Any],
 def _quick_fit(domain: Any, loss_fn: Any, *, potentials: Any = None) -> Any:
     """AIM's model fit inside its rounds, shortened: post-processing of released marginals,
     so it changes which marginal AIM picks next, never what a round costs."""
-    from mbi.estimation import mirror_descent
-
-    return mirror_descent(domain, loss_fn, potentials=potentials, iters=MODEL_QUICK_FIT_ITERS)
+    return pgm().estimation.mirror_descent(domain, loss_fn, potentials=potentials,
+                                           iters=MODEL_QUICK_FIT_ITERS)
 
 
 def _projection(cols: list[Any], frames: list[pl.LazyFrame]) -> Callable[[Any], float]:

@@ -37,14 +37,13 @@ def rebuild_model(block: CountsModel) -> Any:
     Kept for the process's next decoders of the same artifact (a notebook sampling twice,
     shards, the benchmarks): the fit is deterministic and takes seconds, the block is frozen
     and hashable, and no caller changes the model it gets."""
-    import mbi
-    import opendp.prelude as dp
+    from decode.decoders import pgm  # jax and mbi load only when a model is refitted
 
-    domain = mbi.Domain([c.name for c in block.columns], [c.cells for c in block.columns])
-    measurements = [mbi.LinearMeasurement(np.asarray(m.values, dtype=np.float64),
+    domain = pgm.Domain([c.name for c in block.columns], [c.cells for c in block.columns])
+    measurements = [pgm.LinearMeasurement(np.asarray(m.values, dtype=np.float64),
                                           tuple(m.clique), stddev=float(m.stddev))
                     for m in block.marginals]
-    return dp.mbi.mirror_descent(domain, measurements)
+    return pgm.fit(domain, measurements)
 
 
 @dataclass(frozen=True)
@@ -69,8 +68,9 @@ class Chain:
     @classmethod
     def fit(cls, model: Any, allowed: Mapping[str, Sequence[int]], first: str) -> Chain:
         """Conditionals of ``model`` restricted to ``allowed`` cells, ``first`` drawn first."""
-        from mbi import junction_tree, marginal_oracles
+        from decode.decoders import pgm
 
+        junction_tree, marginal_oracles = pgm.junction_tree, pgm.marginal_oracles
         keep = {a: np.asarray(allowed[a], dtype=np.int64) for a in model.domain.attrs}
         if any(len(v) == 0 for v in keep.values()):
             raise ValueError("every model column needs an allowed cell")
@@ -141,7 +141,10 @@ class ClassChain:
 def _restricted(potentials: Any, keep: Mapping[str, np.ndarray]) -> Any:
     """Log-potentials over the kept cells only (the model conditioned on them)."""
     import jax.numpy as jnp
-    from mbi import CliqueVector, Domain, Factor
+
+    from decode.decoders import pgm
+
+    CliqueVector, Domain, Factor = pgm.CliqueVector, pgm.Domain, pgm.Factor
 
     old = potentials.domain
     domain = Domain(list(old.attrs), [len(keep[a]) for a in old.attrs])

@@ -1,4 +1,5 @@
-"""Every use of OpenDP's internals, in one place, pinned by `tests/test_opendp_compat.py`.
+"""Every use of OpenDP's internals and of private-pgm (``mbi``, which ``opendp[mbi]`` pins),
+in one place, pinned by `tests/test_opendp_compat.py`.
 
 The release calibrates its noise from OpenDP's own privacy maps in one or two builds instead
 of OpenDP's generic binary searches (tens of builds; half a minute for the demo's marginals),
@@ -30,3 +31,14 @@ def mbi_helpers() -> Any:
     from opendp.extras.mbi import _utilities
 
     return _utilities
+
+
+def pgm() -> Any:
+    """private-pgm (``mbi``): ``Domain`` for the calibrated marginals, ``CliqueVector``,
+    ``MarkovRandomField`` and ``estimation.mirror_descent`` for the audits' stand-in and
+    quick fits. Reached here only (an import-linter contract), as decode reaches it only
+    through `decode.decoders.pgm`."""
+    import mbi
+    import mbi.estimation
+
+    return mbi

@@ -14,7 +14,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from release.dp.calibration import calibrate
-from release.dp.compat import mbi_helpers
+from release.dp.compat import mbi_helpers, pgm
 from release.dp.counts import make_context
 from release.dp.unit import PrivacyUnit
 from release.dp.user import make_post_processing
@@ -49,7 +49,7 @@ class CalibratedFixed(dp.mbi.Fixed):
 
     def make_marginals(self, input_domain: Any, input_metric: Any, output_measure: Any,
                        d_in: Any, d_out: float, *, marginals: Any, model: Any) -> Any:
-        from mbi import Domain
+        Domain = pgm().Domain
 
         mbi = mbi_helpers()
         get_associated_metric, get_cardinalities = (mbi.get_associated_metric,
