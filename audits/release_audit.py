@@ -60,8 +60,9 @@ from audits.stats import CONFIDENCE, zcdp_epsilon, zcdp_rho
 from release.config_file import load_config
 from release.installation import Installation
 from release.pipeline import run_release
-from release.plan import size_epsilon, vocabulary_budget
+from release.plan import budget_split
 from selpe_audit.artifact.signing import generate_keypair
+from selpe_audit.schema import parse_schema
 
 CLASSES = (0, 1, 2)
 X_MAX = 100
@@ -315,13 +316,11 @@ def audit_release(a: ReleaseAudit, runs: int = DEFAULT_RUNS,
     y_dp = np.array([score(x) for x in fresh_dp])
     fp, fn = error_counts(test, y_d, y_dp)
     res = eps_lb_of(fp, runs, fn, runs, claimed_delta, confidence)
-    counts_eps, counts_delta = claim.budget.counts_epsilon, claim.counts_delta
+    split = budget_split(claim, parse_schema(SCHEMA, source="the audit's schema"))
+    counts_eps, counts_delta = split.counts
     # the marginals' share: the counts' less the plan's row count and any vocabulary (pure
     # and approximate DP outside the Gaussian marginals the noise check measures)
-    marg_eps, marg_delta = counts_eps - size_epsilon(claim), counts_delta
-    if a.phrases:
-        vocab_eps, vocab_delta = vocabulary_budget(claim, 1)
-        marg_eps, marg_delta = marg_eps - vocab_eps, marg_delta - vocab_delta
+    marg_eps, marg_delta = split.marginals(1 if a.phrases else 0)
     noise = noise_check(cal_d + fresh_d, a.sensitivity, zcdp_rho(marg_eps, marg_delta),
                         marg_delta, noise_confidence)
     noise["claimed_counts_epsilon"] = counts_eps

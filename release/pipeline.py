@@ -93,7 +93,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
         frame, sized = size_and_plan(cfg, schema, table.frame, unit, person, log)
         coded = code_rows(cfg, schema, table.frame, frame, unit, person, inputs.codebooks,
-                          inputs.embedder, log, sized.plan.vocabulary_fields)
+                          inputs.embedder, log, sized.plan)
         del frame
         if inputs.source is None:  # counts only: the typed rows are not read again (2.3 GB
             del table  # at 10^7 rows, no longer under the counts' peak)

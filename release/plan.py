@@ -41,29 +41,62 @@ TERM_SHARE = 0.01
 
 
 @dataclass(frozen=True)
+class BudgetSplit:
+    """The release's (epsilon, delta) by part, computed once from the configuration and the
+    schema (public): the plan sizes from it, the stages spend it, the release audit claims
+    it. ``size_epsilon`` (the plan's row count) and the vocabularies come out of the
+    counts' share; what is left goes to the counts' mechanisms (`marginals`)."""
+
+    counts: tuple[float, float]
+    selection: tuple[float, float]
+    size_epsilon: float
+    vocabulary: tuple[float, float]  # each free-text field's DP vocabulary, when it runs
+    vocabulary_fields: tuple[str, ...]  # the fields that may have one (the plan decides)
+
+    def marginals(self, vocabularies: int) -> tuple[float, float]:
+        """What the counts' mechanisms get when ``vocabularies`` vocabularies run."""
+        (eps, delta), (v_eps, v_delta) = self.counts, self.vocabulary
+        return eps - self.size_epsilon - vocabularies * v_eps, delta - vocabularies * v_delta
+
+
+def budget_split(cfg: ReleaseConfig, schema: Schema) -> BudgetSplit:
+    """The split of ``cfg``'s budget: each free-text field's vocabulary gets
+    ``phrase_share`` of the counts' epsilon and half their delta, shared evenly by the
+    fields that may have one."""
+    fields = tuple(cfg.phrase_fields(schema))
+    n = max(1, len(fields))
+    counts = (cfg.budget.counts_epsilon, cfg.counts_delta)
+    return BudgetSplit(counts, (cfg.budget.selection_epsilon, cfg.selection_delta),
+                       cfg.budget.epsilon * SIZE_SHARE,
+                       (counts[0] * cfg.counts.phrase_share / n, counts[1] / 2 / n), fields)
+
+
+@dataclass(frozen=True)
 class ReleasePlan:
     """What the plan chose: the rows it was sized by, the free-text fields whose
-    vocabulary runs, the counts' workload, and the artifact's record of it all."""
+    vocabulary runs, the counts' workload, the budget's split, and the artifact's record of
+    it all."""
 
     rows: int
     vocabulary_fields: tuple[str, ...]
     workload: Workload
     record: Plan
+    split: BudgetSplit
 
-
-def size_epsilon(cfg: ReleaseConfig) -> float:
-    """The epsilon of the row count the plan is sized by (part of the counts' share)."""
-    return cfg.budget.epsilon * SIZE_SHARE
+    @property
+    def marginals(self) -> tuple[float, float]:
+        """(epsilon, delta) the counts' mechanisms get, the vocabularies that run paid."""
+        return self.split.marginals(len(self.vocabulary_fields))
 
 
 def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> ReleasePlan:
     """The plan for a table of ``size`` rows (a DP count); public inputs otherwise."""
     rows = max(0, size.value)
+    split = budget_split(cfg, schema)
     choices = _split_choices(cfg, schema)
     vocab = []
-    fields = cfg.phrase_fields(schema)
-    for name in fields:
-        eps, delta = vocabulary_budget(cfg, len(fields))
+    eps, delta = split.vocabulary
+    for name in split.vocabulary_fields:
         _, per_unit, _ = cfg.counts.terms(schema.field(name))
         threshold = partition_threshold(eps, delta, per_unit)
         reach = rows * TERM_SHARE
@@ -82,13 +115,13 @@ def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> Releas
                 f"a term written by {TERM_SHARE:.0%} of about {rows} rows ({reach:.0f}) "
                 f"stays below OpenDP's threshold {threshold}: its epsilon goes to the counts, "
                 "and decoders write no text the release cannot support")))
-    workload = _workload(cfg, schema, rows, vocab, len(fields))
+    workload = _workload(cfg, schema, rows, vocab, split.marginals(len(vocab)))
     for f in workload.fields:
         choices.append(PlanChoice(f"counts: {f.field}", _margin_words(f.margin, f.edges),
                                   f.reason))
     record = Plan(rows, size.epsilon, size.scale, workload.noise_sigma,
                   workload.signal_sigmas, tuple(choices))
-    return ReleasePlan(rows, tuple(vocab), workload, record)
+    return ReleasePlan(rows, tuple(vocab), workload, record, split)
 
 
 def _split_choices(cfg: ReleaseConfig, schema: Schema) -> list[PlanChoice]:
@@ -115,24 +148,16 @@ def _split_choices(cfg: ReleaseConfig, schema: Schema) -> list[PlanChoice]:
     return out
 
 
-def vocabulary_budget(cfg: ReleaseConfig, fields: int) -> tuple[float, float]:
-    """(epsilon, delta) of one free-text field's vocabulary: ``phrase_share`` of the counts'
-    epsilon and half their delta, split evenly over the ``fields`` that have one."""
-    return (cfg.budget.counts_epsilon * cfg.counts.phrase_share / fields,
-            cfg.counts_delta / 2 / fields)
-
-
 def _workload(cfg: ReleaseConfig, schema: Schema, rows: int, vocab: list[str],
-              phrase_fields: int) -> Workload:
+              marginals: tuple[float, float]) -> Workload:
     """The model modes' workload at the table's size (`size_workload`), planned with the rho
-    the marginals will get (each vocabulary that runs may release terms: a topic column per
-    slot); the public one for a mode without a model."""
+    the marginals will get (``marginals``: their (epsilon, delta); each vocabulary that runs
+    may release terms: a topic column per slot); the public one for a mode without a
+    model."""
     c = cfg.counts
     if not c.is_model:
         return public_workload(schema)
-    spent = size_epsilon(cfg) + (len(vocab) * vocabulary_budget(cfg, phrase_fields)[0]
-                                 if vocab else 0.0)
-    (rho,) = calibrate_zcdp_budget(cfg.budget.counts_epsilon - spent, cfg.counts_delta, [1.0])
+    (rho,) = calibrate_zcdp_budget(*marginals, [1.0])
     others = sum(c.table_shares(schema))
     topic_columns = sum(c.terms(schema.field(n))[2] for n in vocab)
     if cfg.topics:  # an embedding codebook: one topic column per free-text field

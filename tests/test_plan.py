@@ -14,7 +14,7 @@ from release.config_file import load_config
 from release.counts.workload import size_workload
 from release.dp.counts import NoisyCount
 from release.pipeline import run_release
-from release.plan import SIZE_SHARE, plan_release
+from release.plan import SIZE_SHARE, budget_split, plan_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.model_block import check_model, merged_edges, parse_model
 from selpe_audit.artifact.records import json_form
@@ -104,6 +104,28 @@ def test_the_workload_reads_the_schema_and_the_count_only(tmp_path, keys):
     w_col = model.column("w")
     assert merged_edges(tuple(schema.field("w").bins), w_col.edges)
     assert len(w_col.keys) == len(w_col.edges) - 1 < 20
+
+
+def test_the_budget_split_is_computed_once_and_adds_up(tmp_path, keys, demo_schema):
+    """One `BudgetSplit` from the configuration: counts and selection make the release's
+    epsilon and delta; the row count, each vocabulary that runs and the marginals make the
+    counts'; the plan carries it, and the artifact's ledger spends it."""
+    cfg = load_config(None, {"data": DEMO_SAMPLE, "schema": tmp_path / "s.json",
+                             "release_key": keys[0], "out": tmp_path / "o", "epsilon": 3.0,
+                             "counts_share": 0.6, "selection_share": 0.4,
+                             "lifetime_ledger": tmp_path / "l"})
+    split = budget_split(cfg, demo_schema)
+    assert split.vocabulary_fields == ("chief_complaint",)
+    assert sum(x[0] for x in (split.counts, split.selection)) == pytest.approx(3.0)
+    assert split.counts[1] + split.selection[1] == pytest.approx(cfg.release_delta)
+    assert split.size_epsilon == pytest.approx(3.0 * SIZE_SHARE)
+    for n in (0, 1):
+        eps, delta = split.marginals(n)
+        assert eps + split.size_epsilon + n * split.vocabulary[0] == pytest.approx(1.8)
+        assert delta + n * split.vocabulary[1] == pytest.approx(split.counts[1])
+    plan = plan_release(cfg, demo_schema, NoisyCount(100_000, "Integer Laplace", 20.0, 0.15))
+    assert plan.split == split and plan.vocabulary_fields == ("chief_complaint",)
+    assert plan.marginals == split.marginals(1)
 
 
 def _count(plan: dict) -> NoisyCount:

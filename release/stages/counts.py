@@ -34,7 +34,23 @@ def release_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: P
     topic_records |= {name: phrase_topics(v) for name, v in coded.vocab.items()}
     rows = CountsRows(coded.frame, unit, coded.topics,
                       {n: v.slots for n, v in coded.vocab.items()}, topic_records, plan.workload)
-    budget = CountsBudget(cfg.budget.counts_epsilon - size.epsilon - coded.spent.epsilon,
-                          cfg.counts_delta - coded.spent.delta)
+    budget = CountsBudget(*_marginals(cfg, plan, size + coded.spent))
     out = measure(rows, schema, cfg.counts, budget)
     return CountsReleased(out.block, out.entries, Spent(out.epsilon, out.delta))
+
+
+#: how far the row count's and the vocabularies' spend (OpenDP's maps) may sit from the
+#: plan's split of them: float rounding
+TOLERANCE = 1e-9
+
+
+def _marginals(cfg: ReleaseConfig, plan: ReleasePlan, spent: Spent) -> tuple[float, float]:
+    """What the counts' mechanisms get: the counts' share less what ran before them (the
+    row count, the vocabularies: OpenDP's maps of them), refused unless that is the plan's
+    split of it (the workload was sized from the split)."""
+    left = (cfg.budget.counts_epsilon - spent.epsilon, cfg.counts_delta - spent.delta)
+    planned = plan.marginals
+    if any(abs(a - b) > TOLERANCE * max(1.0, abs(b)) for a, b in zip(left, planned, strict=True)):
+        raise RuntimeError(f"the counts were planned with {planned} of the budget, but "
+                           f"{left} is left: the split and the spend disagree")
+    return left

@@ -14,7 +14,7 @@ from release.counts.model import topic_col
 from release.dp.unit import UNIT_COL, PrivacyUnit
 from release.enclave_log import EnclaveLog
 from release.phrases import CONSTRUCTOR, PhraseVocabulary, read_denylist, release_phrases
-from release.plan import vocabulary_budget
+from release.plan import ReleasePlan
 from release.spent import Spent
 from release.topics import assign_topics
 from selpe_audit.artifact.records import LedgerEntry
@@ -39,16 +39,15 @@ class CodedRows:
 
 def code_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, frame: pl.DataFrame,
               unit: PrivacyUnit, person_field: str | None, codebooks: dict[str, Any],
-              embedder: Embedder | None, log: EnclaveLog,
-              vocabulary_fields: tuple[str, ...]) -> CodedRows:
+              embedder: Embedder | None, log: EnclaveLog, plan: ReleasePlan) -> CodedRows:
     """``rows`` (the private rows' typed frame) as codes (``frame``: `derive_frame`'s); in a
-    model mode with free text, the DP phrase vocabulary of each of ``vocabulary_fields``
-    first (its time goes to ``log``)."""
+    model mode with free text, the DP phrase vocabulary of each field the plan runs it for,
+    at the plan's split, first (its time goes to ``log``)."""
     if not cfg.counts.is_model:
         return CodedRows(frame, [], {}, Spent(), {})
     t0 = time.perf_counter()
     entries, vocab, spent = _release_vocabularies(
-        cfg, schema, rows, unit, frame[UNIT_COL] if person_field else None, vocabulary_fields)
+        cfg, schema, rows, unit, frame[UNIT_COL] if person_field else None, plan)
     return_freed_memory()  # what OpenDP's phrase queries freed: not in the counts' peak
     topics = {name: len(cb.anchors) for name, cb in codebooks.items()}
     topics |= {name: v.k for name, v in vocab.items()}
@@ -62,7 +61,7 @@ def code_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, frame: pl.
         del encoder
     for name, v in vocab.items():  # a row's topics: its own text's phrase or keywords
         frame = frame.with_columns(_slot_codes(rows[name], v))
-    if vocabulary_fields or codebooks:  # timed also when a vocabulary released nothing
+    if plan.vocabulary_fields or codebooks:  # timed also when a vocabulary released nothing
         log.write(f"phrase vocabulary and topic codes in {time.perf_counter() - t0:.2f} s")
     return CodedRows(frame, entries, vocab, spent, topics)
 
@@ -83,15 +82,16 @@ def _slot_codes(texts: pl.Series, vocab: PhraseVocabulary) -> list[pl.Series]:
 
 
 def _release_vocabularies(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
-                          unit: PrivacyUnit, ids: pl.Series | None, fields: tuple[str, ...],
+                          unit: PrivacyUnit, ids: pl.Series | None, plan: ReleasePlan,
                           ) -> tuple[list[LedgerEntry], dict[str, PhraseVocabulary], Spent]:
     """The DP phrase vocabulary of each of ``fields`` (those the plan runs), each at its
-    `vocabulary_budget`; fields where OpenDP released no phrase get no topic column.
+    split's (epsilon, delta); fields where OpenDP released no phrase get no topic column.
     ``ids``: each row's unit code (person unit), else None."""
+    fields = plan.vocabulary_fields
     if not fields:
         return [], {}, Spent()
     c = cfg.counts
-    eps, delta = vocabulary_budget(cfg, len(cfg.phrase_fields(schema)))
+    eps, delta = plan.split.vocabulary
     deny, deny_sha = read_denylist(c.deny) if c.deny is not None else (frozenset(), None)
     entries, vocab, spent = [], {}, Spent()
     for name in fields:

@@ -11,7 +11,7 @@ from release.counts.keys import derive_frame
 from release.dp.counts import SIZE_CONSTRUCTOR, NoisyCount, measure_size
 from release.dp.unit import PrivacyUnit
 from release.enclave_log import EnclaveLog
-from release.plan import ReleasePlan, plan_release, size_epsilon
+from release.plan import ReleasePlan, budget_split, plan_release
 from release.spent import Spent
 from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.schema import Schema
@@ -37,7 +37,7 @@ def size_and_plan(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
     """The rows as codes (`derive_frame`: each person's rows cut to their bound), then one
     DP count of them and each part of the release sized from it and public facts."""
     frame = derive_frame(rows, schema, cfg.counts, person_field).collect()
-    size = measure_size(frame.lazy(), unit, size_epsilon(cfg))
+    size = measure_size(frame.lazy(), unit, budget_split(cfg, schema).size_epsilon)
     plan = plan_release(cfg, schema, size)
     log.write(f"plan: about {plan.rows} rows; vocabularies: "
               f"{', '.join(plan.vocabulary_fields) or 'none'}")
