@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint install peers bench wheelhouse doctor base-image image \
+.PHONY: demo test test-fast lint install peers bench expected-gaps wheelhouse doctor base-image image \
 	image-decode image-test
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh scripts/install-llama.sh
@@ -48,6 +48,10 @@ test-fast: lint
 
 bench: $(VENV)/.installed peers
 	$(BIN)/python -m benchmarks
+
+# The gaps `selpe-audit demo` quotes, from the last full small_tables run in RESULTS.json.
+expected-gaps: $(VENV)/.installed
+	$(BIN)/python -m benchmarks.expected_gaps
 
 # Every wheel an air-gapped enclave needs, into $(WHEELHOUSE) (docs/deployment.md).
 WHEELHOUSE ?= wheelhouse

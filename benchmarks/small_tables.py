@@ -21,8 +21,9 @@ evaluators (`benchmarks.common.record_gaps`: the record evaluator's LR and gradi
 the standard tabular one's one-hot LR and native-categorical gradient boosting), as gaps to a
 same-size real sample of the members.
 
-Writes, besides its result: `selpe_audit/data/expected_gaps.json`, the measured gaps by
-size that ``selpe-audit demo`` quotes next to its own numbers. ``--resume DIR`` keeps every
+Its demo rows are what ``selpe-audit demo`` quotes next to its own numbers, through
+`selpe_audit/data/expected_gaps.json` (`make expected-gaps` writes it from RESULTS.json,
+`benchmarks.expected_gaps`). ``--resume DIR`` keeps every
 finished run in ``DIR/runs.jsonl`` and skips it when run again (`benchmarks.common.RunCache`;
 through ``python -m benchmarks``: ``BENCH_RESUME=DIR``), so an interrupted run of several
 hours loses one run at most. ``--quick``: demo at 400 rows,
@@ -33,7 +34,6 @@ its run exiting with an error) is a failed cell with its error in the table and 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -184,24 +184,7 @@ def run(quick: bool = False, datasets: tuple[str, ...] = ("demo", "adult"),
                         ("dataset", "n", "synthesizer"))
     out = {"epsilon": EPSILON, "results": results, "failed": failed,
            "table": _table(results, failed), "summary": _summary(results, failed)}
-    if not quick and "demo" in datasets:
-        write_expected(out)
     return out
-
-
-def write_expected(result: dict[str, Any], path: Path = EXPECTED) -> None:
-    """The demo's measured gaps by size (ours and AIM, text blanked), for ``selpe-audit demo``
-    to quote next to its own numbers."""
-    sizes = {}
-    for r in result["results"]:
-        if r["dataset"] != "demo" or r["synthesizer"] not in ("ours", "smartnoise aim"):
-            continue
-        who = "ours" if r["synthesizer"] == "ours" else "aim"
-        sizes.setdefault(str(r["n"]), {})[who] = {k: r["gaps"][k]["mean"] for k in ("lr", "gb")}
-    path.write_text(json.dumps({
-        "source": "python -m benchmarks.small_tables (benchmarks/RESULTS.md, small_tables)",
-        "epsilon": result["epsilon"], "measured": time.strftime("%Y-%m-%d"),
-        "gaps": sizes}, indent=1, sort_keys=True) + "\n")
 
 
 def _table(results: list[dict[str, Any]], failed: list[dict[str, Any]]) -> str:

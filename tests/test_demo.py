@@ -63,3 +63,15 @@ def test_the_demo_quotes_the_benchmark_at_the_sizes_around_its_own(tmp_path):
     assert expected_gaps({"budget": {"epsilon": 2.0}}, path) is None  # no plan: no line
     assert expected_gaps(art, tmp_path / "missing.json") is None
     assert EXPECTED_GAPS.exists()  # the measured file ships with the package
+
+
+def test_the_shipped_gaps_are_the_last_full_small_tables_run():
+    """`make expected-gaps` writes selpe_audit/data/expected_gaps.json from RESULTS.json (no
+    benchmark run writes into the product); the shipped file is what it writes now, and a
+    --quick entry is refused."""
+    from benchmarks import expected_gaps as eg
+
+    entry = json.loads(eg.RESULTS.read_text(encoding="utf-8"))["small_tables"]
+    assert eg.EXPECTED.read_text(encoding="utf-8") == eg.text(entry)
+    with pytest.raises(ValueError, match="--quick"):
+        eg.expected_gaps({**entry, "command": entry["command"] + " --quick"})
