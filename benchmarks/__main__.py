@@ -156,11 +156,6 @@ def _person_ledger(quick: bool) -> dict[str, Any]:
     return person_ledger.run(quick)
 
 
-def _code_shape(quick: bool) -> dict[str, Any]:
-    from benchmarks import code_shape
-    return code_shape.run()
-
-
 def _small_tables(quick: bool) -> dict[str, Any]:
     from benchmarks import small_tables
     from benchmarks.common import RunCache
@@ -172,7 +167,6 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "budget_parts": ("python -m benchmarks.budget_parts", _budget_parts),
     "release_time": ("python -m benchmarks.release_time", _release_time),
     "person_ledger": ("python -m benchmarks.person_ledger", _person_ledger),
-    "code_shape": ("python -m benchmarks.code_shape", _code_shape),
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),
     "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),

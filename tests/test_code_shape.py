@@ -1,10 +1,10 @@
 """The shape issue 61 gave the code holds: short functions in the stages, no module over 500
-lines, OpenDP and private-pgm imported only behind their adapter (`benchmarks.code_shape`
-measures it)."""
+lines, OpenDP and private-pgm imported only behind their adapter (`code_rules` measures
+it)."""
 
 from __future__ import annotations
 
-from benchmarks.code_shape import MAX_FUNCTION, MAX_MODULE, ROOT, shape
+from code_rules import MAX_FUNCTION, MAX_MODULE, ROOT, shape
 
 
 def test_the_code_keeps_its_shape():
