@@ -13,7 +13,6 @@ API over command <= 1.05).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import statistics
@@ -26,6 +25,7 @@ from typing import Any
 import polars as pl
 
 import selpe_audit
+from benchmarks import command
 from selpe_audit.cli.main import main as cli
 from selpe_audit.schema import demo_schema_path
 
@@ -98,17 +98,15 @@ def run(repeats: int = 5, quick: bool = False) -> dict[str, Any]:
     worst = max(r for _, way, _, r in rows if way != "command")
     summary = (f"The Python API against the command in one process ({repeats} repeat(s), "
                f"medians): at most {worst:.3f}x the command's time (target 1.05).")
-    print(table)
     return {"repeats": repeats, "n": n, "release_s": release_s, "decode_s": decode_s,
             "worst_ratio": worst, "table": table, "summary": summary}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    run(args.repeats, args.quick)
+    p = command.parser(__doc__)
+    p.add_argument("--repeats", type=int, default=5)
+    a = p.parse_args()
+    command.finish(run(a.repeats, a.quick), a.json)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ dataset schema).
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import statistics
@@ -24,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 
+from benchmarks import command
 from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.document import (
@@ -74,16 +74,14 @@ def run(repeats: int = 200, quick: bool = False) -> dict[str, Any]:
                f"{med['fast path (check_release_document)'] / base:.3f}x jsonschema's "
                f"validation; the whole read {med['whole read (verify, check, records, view)']:.1f}"
                " ms.")
-    print(table)
     return {"repeats": repeats, "bytes": size, "ms": med, "table": table, "summary": summary}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    run(args.repeats, args.quick)
+    p = command.parser(__doc__)
+    p.add_argument("--repeats", type=int, default=200)
+    a = p.parse_args()
+    command.finish(run(a.repeats, a.quick), a.json)
 
 
 if __name__ == "__main__":
