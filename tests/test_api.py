@@ -4,9 +4,11 @@ rows, the same one-line messages), DataFrames in, the air gap kept."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -174,6 +176,44 @@ def test_bad_input_through_the_api_is_the_commands_one_line(counts_artifact, key
         api, cli = _api_message(call), _cli_message(capsys, argv)
         assert api in cli, (api, cli)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.model  # the model-file cases try to load the LLM (and fail, as they must)
+def test_the_decode_corpus_through_the_api(counts_artifact, keys, tmp_path, capsys,
+                                           monkeypatch):
+    """tests/test_decode.py's bad-input corpus, each case both ways: the API raises the
+    command's one line (a tampered or future artifact, the three model-file cases)."""
+    from test_decode import copy_artifact
+
+    from selpe_audit.artifact.canonical import canonical_bytes
+    from selpe_audit.artifact.document import RELEASE_FILE
+    from selpe_audit.artifact.signing import sign_file
+
+    monkeypatch.setenv("COLUMNS", "400")
+    (priv, pub, _), _ = keys
+    tampered = copy_artifact(counts_artifact, tmp_path / "tampered")
+    data = (tampered / RELEASE_FILE).read_bytes()
+    (tampered / RELEASE_FILE).write_bytes(data.replace(b'"dp_counts":[', b'"dp_counts":[1', 1))
+    future = copy_artifact(counts_artifact, tmp_path / "future")
+    doc = json.loads((future / RELEASE_FILE).read_bytes())
+    (future / RELEASE_FILE).write_bytes(canonical_bytes({**doc, "format_version": 99}))
+    sign_file(future, RELEASE_FILE, priv)
+    not_gguf, corrupt = tmp_path / "junk.gguf", tmp_path / "corrupt.gguf"
+    not_gguf.write_bytes(b"not a model at all")
+    corrupt.write_bytes(b"GGUF" + os.urandom(2048))
+    out = str(tmp_path / "o.parquet")
+    cases = [(lambda art=art: selpe_audit.open_artifact(art, trust=[pub]),
+              ["decode", str(art), "--trust", str(pub), "--n", "5", "--out", out])
+             for art in (tampered, future)]
+    cases += [(lambda m=m: selpe_audit.open_artifact(counts_artifact, trust=[pub]).sample(
+                   5, model=str(m)),
+               ["decode", str(counts_artifact), "--trust", str(pub), "--n", "5", "--model",
+                str(m), "--out", out])
+              for m in (tmp_path / "missing.gguf", not_gguf, corrupt)]
+    for call, argv in cases:
+        api, cli = _api_message(call), _cli_message(capsys, argv)
+        assert api in cli, (api, cli)
+    assert not Path(out).exists()
 
 
 def test_in_memory_tables_and_their_errors(tmp_path, keys, demo_schema):
