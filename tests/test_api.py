@@ -4,7 +4,6 @@ rows, the same one-line messages), DataFrames in, the air gap kept."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -183,24 +182,11 @@ def test_the_decode_corpus_through_the_api(counts_artifact, keys, tmp_path, caps
                                            monkeypatch):
     """tests/test_decode.py's bad-input corpus, each case both ways: the API raises the
     command's one line (a tampered or future artifact, the three model-file cases)."""
-    from test_decode import copy_artifact
-
-    from selpe_audit.artifact.canonical import canonical_bytes
-    from selpe_audit.artifact.document import RELEASE_FILE
-    from selpe_audit.artifact.signing import sign_file
+    from test_decode import bad_decode_inputs
 
     monkeypatch.setenv("COLUMNS", "400")
     (priv, pub, _), _ = keys
-    tampered = copy_artifact(counts_artifact, tmp_path / "tampered")
-    data = (tampered / RELEASE_FILE).read_bytes()
-    (tampered / RELEASE_FILE).write_bytes(data.replace(b'"dp_counts":[', b'"dp_counts":[1', 1))
-    future = copy_artifact(counts_artifact, tmp_path / "future")
-    doc = json.loads((future / RELEASE_FILE).read_bytes())
-    (future / RELEASE_FILE).write_bytes(canonical_bytes({**doc, "format_version": 99}))
-    sign_file(future, RELEASE_FILE, priv)
-    not_gguf, corrupt = tmp_path / "junk.gguf", tmp_path / "corrupt.gguf"
-    not_gguf.write_bytes(b"not a model at all")
-    corrupt.write_bytes(b"GGUF" + os.urandom(2048))
+    tampered, future, not_gguf, corrupt = bad_decode_inputs(counts_artifact, priv, tmp_path)
     out = str(tmp_path / "o.parquet")
     cases = [(lambda art=art: selpe_audit.open_artifact(art, trust=[pub]),
               ["decode", str(art), "--trust", str(pub), "--n", "5", "--out", out])

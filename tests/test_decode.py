@@ -300,22 +300,29 @@ def copy_artifact(src: Path, dst: Path) -> Path:
     return dst
 
 
+def bad_decode_inputs(artifact: Path, release_key: Path,
+                      tmp: Path) -> tuple[Path, Path, Path, Path]:
+    """The corpus's bad files: a copy of ``artifact`` changed after signing, a copy re-signed
+    with a future format version, a file that is not GGUF and a corrupt GGUF."""
+    tampered = copy_artifact(artifact, tmp / "tampered")
+    data = (tampered / RELEASE_FILE).read_bytes()
+    (tampered / RELEASE_FILE).write_bytes(data.replace(b'"dp_counts":[', b'"dp_counts":[1', 1))
+    future = copy_artifact(artifact, tmp / "future")
+    doc = json.loads((future / RELEASE_FILE).read_bytes())
+    (future / RELEASE_FILE).write_bytes(canonical_bytes({**doc, "format_version": 99}))
+    sign_file(future, RELEASE_FILE, release_key)
+    not_gguf, corrupt = tmp / "junk.gguf", tmp / "corrupt.gguf"
+    not_gguf.write_bytes(b"not a model at all")
+    corrupt.write_bytes(b"GGUF" + os.urandom(2048))
+    return tampered, future, not_gguf, corrupt
+
+
 @pytest.mark.model
 def test_bad_inputs_are_one_line_errors(counts_artifact, keys, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")
     (priv, pub, _), (_, rpub, _) = keys
     ok = ["--trust", str(pub), "--n", "5", "--decoder", "marginals"]
-    tampered = copy_artifact(counts_artifact, tmp_path / "tampered")
-    data = (tampered / RELEASE_FILE).read_bytes()
-    (tampered / RELEASE_FILE).write_bytes(data.replace(b'"dp_counts":[', b'"dp_counts":[1', 1))
-    future = copy_artifact(counts_artifact, tmp_path / "future")
-    doc = json.loads((future / RELEASE_FILE).read_bytes())
-    (future / RELEASE_FILE).write_bytes(canonical_bytes({**doc, "format_version": 99}))
-    sign_file(future, RELEASE_FILE, priv)
-    not_gguf = tmp_path / "junk.gguf"
-    not_gguf.write_bytes(b"not a model at all")
-    corrupt = tmp_path / "corrupt.gguf"
-    corrupt.write_bytes(b"GGUF" + os.urandom(2048))
+    tampered, future, not_gguf, corrupt = bad_decode_inputs(counts_artifact, priv, tmp_path)
     a_file = tmp_path / "file"
     a_file.write_text("x")
     out = str(tmp_path / "o.parquet")
