@@ -400,11 +400,14 @@ def test_a_resumed_benchmark_runs_only_what_did_not_finish(tmp_path):
 @pytest.mark.model
 def test_release_time_quick(tmp_path):
     """Issue 59's release time at smoke size, through the runner: each small table released
-    on the default path and with selection, once each, timed; the summary names the worst."""
+    on the default path and with selection, once each, timed (100 review rows, no warm-up
+    release); the summary names the worst."""
+    from benchmarks.release_time import QUICK_REVIEW_ROWS
+
     out = _run_runner(tmp_path, "release_time")
     r = json.loads(out.with_suffix(".json").read_text())["release_time"]["result"]
     assert {(x["table"], x["release"]) for x in r["rows"]} == {
-        (t, s) for t in ("demo, 400 rows", "reviews, 600 rows")
+        (t, s) for t in ("demo, 400 rows", f"reviews, {QUICK_REVIEW_ROWS} rows")
         for s in ("default", "with selection")}
     assert all(x["runs"] == 1 and x["median_s"] > 0 for x in r["rows"])
     assert "target 60 s" in r["summary"] and "| table | release | median s |" in out.read_text()
