@@ -10,6 +10,12 @@ each number by its public bin; each free text as the phrase vocabulary normalise
 postcode), a keyed hash of those values. A person in a new extract is one already charged
 when any of their records, or their linkage values, hash as one of a charged person's did.
 
+A number within one grid step of a bin edge (one step of its ``x-precision`` takes it into
+the next bin) matches on either side: the new extract's record is also compared with that
+number in the neighbouring bin, one number at a time (a heart rate moved from 99 to 100
+across the edge at 100 is the same person; two numbers moved, or one moved two steps, is
+not), so the stored records stay one hash each.
+
 A new extract's records are compared with a charged one's on the fields both have, when
 they share at least half of either's fields (the same records with a column dropped are the
 same people; two tables that share a field or two are not compared by record). Each
@@ -87,6 +93,9 @@ class People:
     owners: np.ndarray        # int64 (rows,): the row's person
     linkage_keys: np.ndarray  # uint64 (people,)
     history: np.ndarray       # uint64 (people, words)
+    #: a new extract's numbers near a bin edge: (field index, rows, the cell in the
+    #: neighbouring bin); never stored (`to_bytes`), so a charged extract has none
+    near: tuple[tuple[int, np.ndarray, np.ndarray], ...] = ()
 
     @property
     def count(self) -> int:
@@ -97,12 +106,28 @@ class People:
         cols = [self.fields.index(f) for f in (fields or self.fields)]
         return _row_keys(self.cells[:, cols])
 
+    def near_keys(self, fields: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, owners) of the rows' records over ``fields`` with one number near a bin
+        edge moved into the neighbouring bin, one record per such number."""
+        cols = [self.fields.index(f) for f in fields]
+        keys, owners = [], []
+        for j, rows, cell in self.near:
+            if j not in cols:
+                continue
+            moved = self.cells[np.ix_(rows, cols)]
+            moved[:, cols.index(j)] = cell
+            keys.append(_row_keys(moved))
+            owners.append(self.owners[rows])
+        if not keys:
+            return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        return np.concatenate(keys), np.concatenate(owners)
+
     def subset(self, keep_people: np.ndarray, history: np.ndarray) -> People:
         """The people kept, renumbered in order, with their new ``history``."""
         keep_rows = keep_people[self.owners]
         renumber = np.cumsum(keep_people) - 1
         return People(self.fields, self.cells[keep_rows], renumber[self.owners[keep_rows]],
-                      self.linkage_keys[keep_people], history)
+                      self.linkage_keys[keep_people], history)  # near: a new extract's only
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
@@ -140,6 +165,7 @@ def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema, person_column: s
              and (v := _view(f, schema)) is not None]
     frame = rows.select(views)
     cells = (_cells(record_key, frame) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    near = _near_edges(record_key, rows, schema, frame)
     if person_column is not None:
         owners = rows[person_column].rank("dense").cast(pl.Int64).to_numpy() - 1
     else:
@@ -155,7 +181,28 @@ def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema, person_column: s
         first = np.unique(owners, return_index=True)[1]  # a person's first row's values
         linkage_keys[owners[first]] = link(per_row[first])
     return People(tuple(frame.columns), cells, owners, linkage_keys,
-                  np.zeros((people, 0), dtype=np.uint64))
+                  np.zeros((people, 0), dtype=np.uint64), near)
+
+
+def _near_edges(key: bytes, rows: pl.DataFrame, schema: Schema,
+                frame: pl.DataFrame) -> tuple[tuple[int, np.ndarray, np.ndarray], ...]:
+    """Per numeric field and direction, the rows whose number one grid step down (up) lies
+    in another bin, and the 32-bit cell of that bin (`People.near`)."""
+    out = []
+    for j, name in enumerate(frame.columns):
+        f = schema.field(name)
+        if f.kind != "numeric" or len(f.bins) < 3:
+            continue
+        scale = 10 ** f.precision
+        on_grid = (pl.col(name).cast(pl.Float64) * scale).round(0)
+        for step in (-1, 1):  # the neighbour on the grid, exact for the bins' comparison
+            moved = rows.select(((on_grid + step) / scale).alias(name)).select(bin_expr(f))
+            differs = (moved[name] != frame[name]).fill_null(False).to_numpy()
+            at = np.flatnonzero(differs)
+            if at.size:
+                cell = _cells(key, moved[name].gather(at).to_frame())[:, 0]
+                out.append((j, at, (cell & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+    return tuple(out)
 
 
 def _view(f: Any, schema: Schema) -> pl.Expr | None:
@@ -212,6 +259,8 @@ def histories(new: People, charged: Iterable[People], releases: int | None = Non
     else:
         words = -(-releases // WORD)
     out = np.zeros((new.count, words), dtype=np.uint64)
+    mine_over: list[str] | None = None  # the fields `mine` (new records' keys) is over
+    mine, owners = np.zeros(0, np.uint64), np.zeros(0, np.int64)
     for c in charged:
         if not c.count:
             continue
@@ -219,13 +268,18 @@ def histories(new: People, charged: Iterable[People], releases: int | None = Non
         wide[:, :min(words, c.history.shape[1])] = c.history[:, :words]
         shared = [f for f in new.fields if f in c.fields]
         if by_records and 2 * len(shared) >= max(len(new.fields), len(c.fields)):  # same, or
-            mine, theirs = new.record_keys(shared), c.record_keys(shared)  # a few fields less
+            if shared != mine_over:  # a few fields less
+                mine_over = shared
+                near, near_owners = new.near_keys(shared)
+                mine = np.concatenate([new.record_keys(shared), near])
+                owners = np.concatenate([new.owners, near_owners])
+            theirs = c.record_keys(shared)
             order = np.argsort(theirs, kind="stable")
             keys, owner = theirs[order], c.owners[order]
             at = np.searchsorted(keys, mine)
             at[at == keys.size] = 0
             hit = keys[at] == mine
-            np.bitwise_or.at(out, new.owners[hit], wide[owner[at[hit]]])
+            np.bitwise_or.at(out, owners[hit], wide[owner[at[hit]]])
         if c.linkage_keys.any() and new.linkage_keys.any():
             order = np.argsort(c.linkage_keys, kind="stable")
             keys = c.linkage_keys[order]

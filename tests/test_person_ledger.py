@@ -99,7 +99,8 @@ def test_perturbed_and_rekeyed_copies_are_the_same_people(tmp_path, keys):
         assert "\n" not in msg and "would pass their lifetime epsilon 10" in msg, tag
         assert "no DP mechanism ran" in msg and "--leave-out-exhausted" in msg
         n = int(msg.split(" of the ")[0])
-        assert n >= 300, (tag, msg)  # age + 1 moves the few at a bin's edge out
+        # every person: age + 1 moves those at a bin's edge across it, one grid step
+        assert n == rows["patient_id"].n_unique(), (tag, msg)
         assert not any(v in msg for v in rows["patient_id"].to_list()[:50])
         assert not (tmp_path / f"out-{tag}" / "release.json").exists()
     ledger = LifetimeLedger(tmp_path / "ledger", "rekeyed", installation=CAP)
@@ -208,6 +209,45 @@ def test_new_people_are_released_after_the_cap_was_spent(tmp_path, keys, schema)
 
 def _charged(store: FolderStore):
     return store.people(next(e for e in store.events() if e["kind"] == "people"))
+
+
+def test_a_number_moved_across_a_bin_edge_is_the_same_person(tmp_path, schema):
+    """Issue 67: a number within one grid step of a public bin edge matches both bins. Each
+    person's heart rate (or temperature, at its 0.1 grid) moved one step across the nearest
+    edge: every moved person is matched; moved two steps past it, or two numbers moved at
+    once, they are new people (what `release.ledger_people` promises, no more)."""
+    rows = _frame(schema, generate_rows(120, 5))
+    store = FolderStore(tmp_path / "ledger")
+    key, link = store.key(), store.link
+    old = person_keys(key, rows, schema, "patient_id", link)
+    old = old.subset(np.ones(old.count, bool), with_release(histories(old, []), 0))
+
+    def across(frame: pl.DataFrame, name: str, steps: int) -> pl.DataFrame:
+        """``name`` moved to ``steps`` grid steps past its nearest inner edge."""
+        f = schema.field(name)
+        step = 10.0 ** -f.precision
+        edges = pl.Series(f.bins[1:-1])
+        value = pl.col(name).cast(pl.Float64)
+        nearest = value.map_elements(lambda v: float(edges[(edges - v).abs().arg_min()]),
+                                     return_dtype=pl.Float64)
+        moved = pl.when(value >= nearest).then(nearest - steps * step).otherwise(
+            nearest + (steps - 1) * step).round(f.precision)
+        cast = pl.Int64 if f.is_integer else pl.Float64
+        return frame.with_columns(moved.cast(cast).alias(name))
+
+    def matched(frame: pl.DataFrame) -> np.ndarray:
+        new = person_keys(key, frame, schema, "patient_id", link)
+        return spends(histories(new, [old]), [1.0]) > 0
+
+    assert matched(rows).all()
+    for name in ("heart_rate", "temperature_c"):
+        edge = across(rows, name, 1)  # the next grid point on the edge's other side
+        changed = (edge[name].cast(pl.Float64) != rows[name].cast(pl.Float64)).to_numpy()
+        assert changed.all(), name  # every record moved into the next bin
+        assert matched(edge).all(), name
+        assert not matched(across(rows, name, 2)).any(), name
+    both = across(across(rows, "heart_rate", 1), "temperature_c", 1)
+    assert matched(both).mean() < 0.1  # two numbers moved: a new record
 
 
 def test_a_dropped_column_is_the_same_records(tmp_path, schema):
