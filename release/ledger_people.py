@@ -273,6 +273,8 @@ def histories(new: People, charged: Iterable[People], releases: int | None = Non
                 near, near_owners = new.near_keys(shared)
                 mine = np.concatenate([new.record_keys(shared), near])
                 owners = np.concatenate([new.owners, near_owners])
+                ahead = np.argsort(mine)  # sorted needles: each extract's search runs ahead
+                mine, owners = mine[ahead], owners[ahead]
             theirs = c.record_keys(shared)
             order = np.argsort(theirs, kind="stable")
             keys, owner = theirs[order], c.owners[order]
