@@ -113,18 +113,49 @@ _PATHS = {"data", "schema", "out", "release_key", "lifetime_ledger", "candidates
 def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseConfig:
     """TOML (optional) first, then non-None CLI overrides (flat keys: ``epsilon``,
     ``selection_mode``...); relative paths are kept as given. Checked on construction."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        try:
-            raw = tomllib.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{p}: config file not found") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{p}: not valid TOML ({e})") from None
-    top, sections, mode_tables = _read_tables(raw, str(path or "config"))
+    top, sections, mode_tables = _read_tables(_read_toml(path), str(path or "config"))
     active = overrides.get("selection_mode") or sections["selection"].get(
         "mode", SelectionConfig.mode)
+    _apply_overrides(overrides, active, top, sections, mode_tables)
+    for name, table in mode_tables.items():  # every mode's table is checked, used or not
+        mode_settings(describe(name), table)
+    sections["selection"]["settings"] = mode_tables.get(active)
+    _complete_top(top)
+    sel = sections["selection"]
+    if "schedule" in sel:
+        sel["schedule"] = tuple(sel["schedule"])
+    in_memory = isinstance(top["data"], FrameSource)
+    for values in (top, *sections.values()):
+        for k in _PATHS & values.keys():
+            if k == "data" and in_memory:
+                continue
+            if not (k in ("data", "lifetime_ledger") and is_database_url(str(values[k]))):
+                values[k] = Path(values[k])
+    try:
+        return ReleaseConfig(**top, **{name: _SECTION_TYPES[name](**values)
+                                       for name, values in sections.items()})
+    except TypeError as e:
+        raise UserError(f"config: {e}") from None
+
+
+def _read_toml(path: str | Path | None) -> dict[str, Any]:
+    """The TOML file's tables (none without a file); a missing or broken file in one line."""
+    if path is None:
+        return {}
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{p}: config file not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{p}: not valid TOML ({e})") from None
+
+
+def _apply_overrides(overrides: dict[str, Any], active: str, top: dict[str, Any],
+                     sections: dict[str, dict[str, Any]],
+                     mode_tables: dict[str, dict[str, Any]]) -> None:
+    """Each non-None flat override into its place: the top level, its section, or the
+    table of the selection mode that owns it (``active`` first)."""
     for key, value in overrides.items():
         if value is None:
             continue
@@ -137,33 +168,19 @@ def load_config(path: str | Path | None, overrides: dict[str, Any]) -> ReleaseCo
             mode_tables.setdefault(owner, {})[key] = value
         else:
             raise UserError(f"config: unknown setting '{key}'")
-    for name, table in mode_tables.items():  # every mode's table is checked, used or not
-        mode_settings(describe(name), table)
-    sections["selection"]["settings"] = mode_tables.get(active)
+
+
+def _complete_top(top: dict[str, Any]) -> None:
+    """The required top-level settings present, the defaults filled in."""
     for needed in ("data", "schema"):
         if needed not in top:
             raise UserError(f"config: '{needed}' is required (in the TOML file or as --{needed})")
-    in_memory = isinstance(top["data"], FrameSource)
     if "dataset" not in top:
         top["dataset"] = _default_dataset(top)
     top.setdefault("out", "out/release")
     if "release_key" not in top:
         raise UserError("config: 'release_key' is required (TOML release_key or --key); make "
                         "one with 'selpe-audit keygen keys/release.pem'")
-    sel = sections["selection"]
-    if "schedule" in sel:
-        sel["schedule"] = tuple(sel["schedule"])
-    for values in (top, *sections.values()):
-        for k in _PATHS & values.keys():
-            if k == "data" and in_memory:
-                continue
-            if not (k in ("data", "lifetime_ledger") and is_database_url(str(values[k]))):
-                values[k] = Path(values[k])
-    try:
-        return ReleaseConfig(**top, **{name: _SECTION_TYPES[name](**values)
-                                       for name, values in sections.items()})
-    except TypeError as e:
-        raise UserError(f"config: {e}") from None
 
 
 def _default_dataset(top: dict[str, Any]) -> str:

@@ -324,27 +324,37 @@ def parse_schema(raw: Any, source: str = "schema") -> Schema:
     if id_field is not None and id_field not in props:
         raise bad(f"x-id names '{id_field}', which is not a property")
     fields = tuple(_parse_field(name, props[name], name == id_field, bad) for name in order)
+    label = _parse_label(raw.get("x-label"), fields, bad)
+    linkage = _parse_linkage(raw.get("x-linkage", []), props, id_field, bad)
+    name = str(raw.get("title") or "dataset")
+    return Schema(raw=raw, name=name, fields=fields, label=label, id_field=id_field,
+                  linkage_fields=linkage)
 
-    label = raw.get("x-label")
+
+def _parse_label(label: Any, fields: tuple[Field, ...], bad: Any) -> str:
+    """``x-label``: a categorical field of at least two classes."""
     if label is None:
         raise bad('name the label field with "x-label"')
-    if label not in props:
+    lf = next((f for f in fields if f.name == label), None)
+    if lf is None:
         raise bad(f"x-label names '{label}', which is not a property")
-    lf = next(f for f in fields if f.name == label)
     if lf.kind != "categorical":
         raise bad(f"the label '{label}' must be a categorical field (an enum)")
     if len(lf.enum) < 2:
         raise bad(f"the label '{label}' needs at least two classes")
-    linkage = raw.get("x-linkage", [])
+    return label
+
+
+def _parse_linkage(linkage: Any, props: dict[str, Any], id_field: str | None,
+                   bad: Any) -> tuple[str, ...]:
+    """``x-linkage``: properties other than the id (which extracts re-key)."""
     if not (isinstance(linkage, list) and all(isinstance(x, str) for x in linkage)):
         raise bad('"x-linkage" must be a list of field names')
     for x in linkage:
         if x not in props or x == id_field:
             raise bad(f"x-linkage names '{x}', which is not a property other than the id "
                       "(the id is re-keyed between extracts)")
-    name = str(raw.get("title") or "dataset")
-    return Schema(raw=raw, name=name, fields=fields, label=label, id_field=id_field,
-                  linkage_fields=tuple(linkage))
+    return tuple(linkage)
 
 
 def _parse_field(name: str, spec: Any, is_id: bool, bad: Any) -> Field:
@@ -361,32 +371,43 @@ def _parse_field(name: str, spec: Any, is_id: bool, bad: Any) -> Field:
     if "examples" in spec and (is_id or "enum" in spec or jtype != "string"):
         raise bad(f"field '{name}': \"examples\" are for free-text fields only")
     if is_id:
-        if jtype not in ("string", "integer") or "enum" in spec:
-            raise bad(f"field '{name}': the person id must be a string or integer (no enum)")
-        if jtype == "string" and "maxLength" not in spec:
-            raise bad(f"field '{name}': the person id needs a maxLength")
-        return Field(name, "id", jtype, desc, max_length=int(spec.get("maxLength", 0)))
+        return _parse_id(name, spec, jtype, desc, bad)
     if "enum" in spec:
-        values = spec["enum"]
-        if jtype not in ("string", "integer"):
-            raise bad(f"field '{name}': enums must be of type string or integer")
-        if not values or len(set(map(repr, values))) != len(values):
-            raise bad(f"field '{name}': enum must be non-empty with distinct values")
-        want = str if jtype == "string" else int
-        if any(type(v) is not want for v in values):
-            raise bad(f"field '{name}': every enum value must be of type {jtype}")
-        return Field(name, "categorical", jtype, desc, enum=tuple(values))
+        return _parse_enum(name, spec["enum"], jtype, desc, bad)
     if jtype in ("integer", "number"):
         return _parse_numeric(name, spec, jtype, desc, bad)
     if jtype == "string":
-        if "maxLength" not in spec:
-            raise bad(f"field '{name}': free-text fields need a maxLength")
-        lo, hi = int(spec.get("minLength", 0)), int(spec["maxLength"])
-        if not 0 <= lo <= hi or hi == 0:
-            raise bad(f"field '{name}': need 0 <= minLength <= maxLength and maxLength > 0")
-        return Field(name, "text", jtype, desc, min_length=lo, max_length=hi,
-                     examples=_parse_examples(name, spec.get("examples", []), lo, hi, bad))
+        return _parse_text(name, spec, desc, bad)
     raise bad(f"field '{name}': unsupported type '{jtype}' (use integer, number, string or enum)")
+
+
+def _parse_id(name: str, spec: dict[str, Any], jtype: str, desc: str, bad: Any) -> Field:
+    if jtype not in ("string", "integer") or "enum" in spec:
+        raise bad(f"field '{name}': the person id must be a string or integer (no enum)")
+    if jtype == "string" and "maxLength" not in spec:
+        raise bad(f"field '{name}': the person id needs a maxLength")
+    return Field(name, "id", jtype, desc, max_length=int(spec.get("maxLength", 0)))
+
+
+def _parse_enum(name: str, values: Any, jtype: str, desc: str, bad: Any) -> Field:
+    if jtype not in ("string", "integer"):
+        raise bad(f"field '{name}': enums must be of type string or integer")
+    if not values or len(set(map(repr, values))) != len(values):
+        raise bad(f"field '{name}': enum must be non-empty with distinct values")
+    want = str if jtype == "string" else int
+    if any(type(v) is not want for v in values):
+        raise bad(f"field '{name}': every enum value must be of type {jtype}")
+    return Field(name, "categorical", jtype, desc, enum=tuple(values))
+
+
+def _parse_text(name: str, spec: dict[str, Any], desc: str, bad: Any) -> Field:
+    if "maxLength" not in spec:
+        raise bad(f"field '{name}': free-text fields need a maxLength")
+    lo, hi = int(spec.get("minLength", 0)), int(spec["maxLength"])
+    if not 0 <= lo <= hi or hi == 0:
+        raise bad(f"field '{name}': need 0 <= minLength <= maxLength and maxLength > 0")
+    return Field(name, "text", "string", desc, min_length=lo, max_length=hi,
+                 examples=_parse_examples(name, spec.get("examples", []), lo, hi, bad))
 
 
 def _parse_examples(name: str, raw: Any, lo: int, hi: int, bad: Any) -> tuple[str, ...]:

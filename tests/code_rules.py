@@ -1,8 +1,9 @@
-"""The code's shape, read from the source alone (`ast`): functions over `MAX_FUNCTION`
-lines in release/, decode/ and audits/, modules over `MAX_MODULE` lines (demo data aside),
-private names imported across modules, modules outside `release.dp` that import OpenDP or
-private-pgm. tests/test_code_shape.py holds the rules (issue 61: no function over 60 lines,
-no module over 500, no private name across modules, OpenDP and mbi behind their adapter).
+"""The code's shape, read from the source alone (`ast`): modules over `MAX_MODULE` lines
+(demo data aside), private names imported across modules, modules outside `release.dp` that
+import OpenDP or private-pgm. tests/test_code_shape.py holds the rules (no module over 600
+lines, no private name across modules, OpenDP and mbi behind their adapter); a function's
+size is ruff's to check, by what it does, not its lines (pyproject.toml: C901 complexity
+at most 15 branches, PLR0913 at most 12 arguments; issue 69).
 Once the benchmark ``code_shape`` (retired 2026-12-07; its before/after table stays in
 benchmarks/RESULTS.md)."""
 
@@ -15,8 +16,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("release", "decode", "audits", "selpe_audit", "benchmarks")
-MAX_FUNCTION = 60
-MAX_MODULE = 500
+MAX_MODULE = 600
 #: demo data (the generator's tables of fictional values)
 LONG_BY_NATURE = ("selpe_audit/demo/generator.py",)
 
@@ -31,12 +31,6 @@ def _modules(root: Path) -> dict[str, Path]:
                 parts.pop()
             out[".".join(parts)] = path
     return out
-
-
-def _functions(tree: ast.AST) -> Iterator[tuple[str, int]]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield node.name, node.end_lineno - node.lineno + 1
 
 
 def _private_imports(module: str, tree: ast.AST, known: set[str]) -> Iterator[str]:
@@ -61,14 +55,11 @@ def _imports(tree: ast.AST, package: str) -> bool:
 def shape(root: Path) -> dict[str, Any]:
     """The measures of the tree at ``root``."""
     modules = _modules(root)
-    long_functions, long_modules, private, opendp, pgm = [], [], [], [], []
+    long_modules, private, opendp, pgm = [], [], [], []
     for module, path in modules.items():
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
         rel = path.relative_to(root).as_posix()
-        if module.split(".")[0] in ("release", "decode", "audits"):
-            long_functions += [(n, rel, name) for name, n in _functions(tree)
-                               if n > MAX_FUNCTION]
         lines = len(text.splitlines())
         if lines > MAX_MODULE and rel not in LONG_BY_NATURE:
             long_modules.append((lines, rel))
@@ -76,10 +67,6 @@ def shape(root: Path) -> dict[str, Any]:
         if not module.startswith("release.dp"):
             opendp += [module] if _imports(tree, "opendp") else []
             pgm += [module] if _imports(tree, "mbi") else []
-    pipeline = ast.parse((root / "release/pipeline.py").read_text(encoding="utf-8"))
-    return {"pipeline_lines": len((root / "release/pipeline.py").read_text().splitlines()),
-            "release_function_lines": dict(_functions(pipeline)).get("_release"),
-            "functions_over_max": sorted(long_functions, reverse=True),
-            "modules_over_max": sorted(long_modules, reverse=True),
+    return {"modules_over_max": sorted(long_modules, reverse=True),
             "private_imports": sorted(private), "opendp_outside_dp": sorted(opendp),
             "mbi_outside_dp": sorted(pgm)}
