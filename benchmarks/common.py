@@ -17,7 +17,7 @@ Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Released:
+class BenchRelease:
     """One benchmark release: its document, its folder and how long it took."""
 
     doc: dict[str, Any]
@@ -26,7 +26,7 @@ class Released:
 
 
 def release(folder: Path, data: Path, schema: Path, key: Path, settings: dict[str, Any],
-            config: Path | None = None) -> Released:
+            config: Path | None = None) -> BenchRelease:
     """One release of ``data`` into ``folder / "release"`` with ``settings`` (flat keys, as
     the CLI's) over ``config`` (a TOML, or none: the default path), on a ledger of its own
     without a lifetime cap (the benchmark installation)."""
@@ -41,7 +41,7 @@ def release(folder: Path, data: Path, schema: Path, key: Path, settings: dict[st
         "enclave_log": folder / "enclave.log", "lifetime_epsilon": 1e6, **settings})
     t0 = time.perf_counter()
     doc = run_release(cfg, installation=Installation.for_experiments("benchmark")).doc
-    return Released(doc, out, time.perf_counter() - t0)
+    return BenchRelease(doc, out, time.perf_counter() - t0)
 
 
 def decode(out: Path, trust: Path, n: int, decoder: str, seed: int, path: Path,

@@ -84,7 +84,7 @@ Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Plan:
+class TextPlan:
     quick: bool
     members: int
     demo_n: int     # rows per demo decode (LLM and not)
@@ -97,15 +97,15 @@ class Plan:
     demo_decoders: tuple[str, ...] = ("marginals", "model", "llm")
 
 
-FULL = Plan(False, members=400, demo_n=100, pool=600)
+FULL = TextPlan(False, members=400, demo_n=100, pool=600)
 # 100 non-members: TPR at 1 % FPR; the smoke run releases on the default path only
-QUICK = Plan(True, members=100, demo_n=4, pool=120, no_examples=False, pool_release=False,
-             decoders=("model", "llm"), demo_decoders=("llm",))
+QUICK = TextPlan(True, members=100, demo_n=4, pool=120, no_examples=False, pool_release=False,
+                 decoders=("model", "llm"), demo_decoders=("llm",))
 
 
 # ----- Adult ---------------------------------------------------------------------------------
 
-def adult(plan: Plan, folder: Path) -> dict[str, Any]:
+def adult(plan: TextPlan, folder: Path) -> dict[str, Any]:
     """One fixed-mode release; the three decoders at N = the training rows; TSTR gaps."""
     from audits.utility import run_utility
     from benchmarks.counts_modes import decode
@@ -245,7 +245,7 @@ def score(b: Bench, name: str, released: Released, settings: DecodeSettings,
     return out
 
 
-def demo(plan: Plan, folder: Path) -> dict[str, Any]:
+def demo(plan: TextPlan, folder: Path) -> dict[str, Any]:
     sizes = Sizes((EPSILON,), members=plan.members, n=plan.demo_n, llm_n=plan.demo_n,
                   pool=plan.pool, rounds=1, k=3)
     folder.mkdir(parents=True, exist_ok=True)

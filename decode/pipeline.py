@@ -132,24 +132,24 @@ class DecodeSettings:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ClassQuota:
     """Rows and candidates per class (post-processing of the class balance)."""
 
     rows: dict[Any, int]
     candidates: dict[Any, int]
 
 
-def plan(released: Released, n: int, overgenerate: float) -> Plan:
+def plan(released: Released, n: int, overgenerate: float) -> ClassQuota:
     rows = dict(zip(released.classes, allocate(released.class_dp_counts, n).tolist(),
                     strict=True))
-    return Plan(rows, {c: math.ceil(overgenerate * a) for c, a in rows.items()})
+    return ClassQuota(rows, {c: math.ceil(overgenerate * a) for c, a in rows.items()})
 
 
-def part_plan(whole: Plan, part: Part, overgenerate: float) -> Plan:
+def part_plan(whole: ClassQuota, part: Part, overgenerate: float) -> ClassQuota:
     """A part's share of the whole plan's rows and the candidates it makes for them (the
     whole plan for `WHOLE`)."""
     rows = part_rows(whole.rows, part)
-    return Plan(rows, {c: math.ceil(overgenerate * a) for c, a in rows.items()})
+    return ClassQuota(rows, {c: math.ceil(overgenerate * a) for c, a in rows.items()})
 
 
 @dataclass
@@ -230,7 +230,7 @@ def load_tools(released: Released, settings: DecodeSettings, models: Models) -> 
 
 
 def checkpoint_binding(rel: VerifiedRelease, settings: DecodeSettings,
-                       decoder: RecordSource, p: Plan, part: Part,
+                       decoder: RecordSource, p: ClassQuota, part: Part,
                        chunks: int) -> dict[str, Any]:
     """Everything that decides which candidates are made (and nothing that does not); the
     chunk size only where it cuts the part."""

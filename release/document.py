@@ -150,11 +150,11 @@ def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dic
                               "count"}
         if selects:
             bounding["selection"] = get(cfg.selection.mode).descriptor.person_bounding
-        unit = records.PrivacyUnit("person", pu.id_field or schema.id_field, pu.max_contributions)
+        unit = records.UnitRecord("person", pu.id_field or schema.id_field, pu.max_contributions)
     else:
         bounding = {"counts": "each row is counted once per query",
                     "group": "a person with m rows is protected at m times epsilon"}
         if selects:
             bounding["selection"] = "each row sits in one batch of its class per round"
-        unit = records.PrivacyUnit("row")
+        unit = records.UnitRecord("row")
     return json_form(replace(unit, protects=protects(json_form(unit)), bounding=bounding))

@@ -21,7 +21,7 @@ class Spent:
         return Spent(self.epsilon + other.epsilon, self.delta + other.delta)
 
 
-class Released(Protocol):
+class MechanismStage(Protocol):
     """What every stage that runs a mechanism returns: its ledger entries and its spend."""
 
     @property
@@ -31,7 +31,7 @@ class Released(Protocol):
     def spent(self) -> Spent: ...
 
 
-def total_spent(stages: Iterable[Released]) -> Spent:
+def total_spent(stages: Iterable[MechanismStage]) -> Spent:
     """The release's spend: its stages' spends added in the order they ran."""
     total = Spent()
     for stage in stages:
@@ -39,7 +39,7 @@ def total_spent(stages: Iterable[Released]) -> Spent:
     return total
 
 
-def ledger_entries(stages: Iterable[Released]) -> list[LedgerEntry]:
+def ledger_entries(stages: Iterable[MechanismStage]) -> list[LedgerEntry]:
     """Every stage's ledger entries, in the order the stages ran."""
     return [e for stage in stages for e in stage.entries]
 

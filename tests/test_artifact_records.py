@@ -33,7 +33,7 @@ def _plain(x: Any) -> Any:
 def test_the_schema_is_generated_from_the_records():
     defs = artifact_json_schema()["$defs"]
     for cls in (records.LedgerEntry, records.Ledger, records.Budget, records.LifetimeStamp,
-                records.PrivacyUnit, records.Source, records.Guarantees, records.SelectionGdp,
+                records.UnitRecord, records.Source, records.Guarantees, records.SelectionGdp,
                 records.SelectionAccounting, model_block.CountsModel, model_block.ModelColumn,
                 model_block.ModelMarginal, model_block.Topics):
         own = {k: v for k, v in records.schema_of(cls).items() if k != "$defs"}
@@ -43,7 +43,7 @@ def test_the_schema_is_generated_from_the_records():
 @pytest.mark.slow
 @pytest.mark.parametrize(("path", "cls"), [
     (("ledger",), records.Ledger), (("budget",), records.Budget),
-    (("privacy_unit",), records.PrivacyUnit), (("guarantees",), records.Guarantees),
+    (("privacy_unit",), records.UnitRecord), (("guarantees",), records.Guarantees),
     (("source",), records.Source), (("counts", "model"), model_block.CountsModel)])
 def test_each_block_written_is_its_records_json_form(doc, path, cls):
     """What the release wrote reads back as the record and writes out the same: the writer

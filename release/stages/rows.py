@@ -24,7 +24,7 @@ from selpe_audit.schema import Schema
 
 
 @dataclass(frozen=True)
-class Reservation:
+class LedgerTicket:
     """The ledger's reservation that pays for the release (``id``), what the artifact says
     of the ledger, the release's enclave log (tagged with the reservation) and when the
     release started reading."""
@@ -37,7 +37,7 @@ class Reservation:
 
 def read_and_charge(cfg: ReleaseConfig, schema: Schema, ledger: LifetimeLedger,
                     person_field: str | None, con: Console,
-                    ) -> tuple[PrivateTable, Reservation]:
+                    ) -> tuple[PrivateTable, LedgerTicket]:
     """Reserve ``cfg``'s epsilon, read its rows and charge their people in ``ledger``: the
     rows the release reads (people past their cap left out on request) and the
     reservation."""
@@ -65,7 +65,7 @@ def read_and_charge(cfg: ReleaseConfig, schema: Schema, ledger: LifetimeLedger,
         raise
     lifetime = LifetimeStamp(ledger.store.ledger_id(), cfg.dataset, rid, cap_eps, cap_delta,
                              spent_eps, spent_delta)
-    return table, Reservation(rid, lifetime, log, t0)
+    return table, LedgerTicket(rid, lifetime, log, t0)
 
 
 def _charge(cfg: ReleaseConfig, schema: Schema, ledger: LifetimeLedger, rid: str,

@@ -38,11 +38,11 @@ from selpe_audit.artifact.records import (
     KeyId,
     Ledger,
     Name,
-    PrivacyUnit,
     Rate,
     SelectionBlock,
     Sha256,
     Source,
+    UnitRecord,
     schema_of,
 )
 from selpe_audit.artifact.signing import (
@@ -92,7 +92,7 @@ class ReleaseDocument:
     dataset: Name
     schema: dict[str, Any]
     schema_sha256: Sha256
-    privacy_unit: PrivacyUnit
+    privacy_unit: UnitRecord
     release_key_id: KeyId
     budget: Budget
     ledger: Ledger

@@ -202,7 +202,7 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class PrivacyUnit:
+class UnitRecord:
     """Whom the guarantee protects, and how each mechanism bounds one unit's rows."""
 
     __pydantic_config__ = OPEN
