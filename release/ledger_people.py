@@ -164,7 +164,7 @@ def person_keys(key: bytes, rows: pl.DataFrame, schema: Schema, person_column: s
     views = [v for f in schema.fields if f.name != person_column
              and (v := _view(f, schema)) is not None]
     frame = rows.select(views)
-    cells = (_cells(record_key, frame) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    cells = _cells32(record_key, frame)
     near = _near_edges(record_key, rows, schema, frame)
     if person_column is not None:
         owners = rows[person_column].rank("dense").cast(pl.Int64).to_numpy() - 1
@@ -200,8 +200,7 @@ def _near_edges(key: bytes, rows: pl.DataFrame, schema: Schema,
             differs = (moved[name] != frame[name]).fill_null(False).to_numpy()
             at = np.flatnonzero(differs)
             if at.size:
-                cell = _cells(key, moved[name].gather(at).to_frame())[:, 0]
-                out.append((j, at, (cell & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+                out.append((j, at, _cells32(key, moved[name].gather(at).to_frame())[:, 0]))
     return tuple(out)
 
 
@@ -230,6 +229,11 @@ def _cells(key: bytes, frame: pl.DataFrame) -> np.ndarray:
         cells[:, j] = frame.select(c).join(hashed, on=c, how="left", nulls_equal=True,
                                            maintain_order="left")["__h"].to_numpy()
     return cells
+
+
+def _cells32(key: bytes, frame: pl.DataFrame) -> np.ndarray:
+    """`_cells` cut to the 32 bits a record's cell keeps."""
+    return (_cells(key, frame) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
 def _hash(key: bytes, column: str, value: Any) -> int:
