@@ -60,13 +60,6 @@ def _adult(quick: bool) -> dict[str, Any]:
     return adult_tstr.run([2.0] if quick else [1.0, 2.0, 4.0, INF], quick)
 
 
-def _adult_llm(quick: bool) -> dict[str, Any]:
-    from benchmarks import adult_llm
-    from benchmarks.adult import INF
-    return adult_llm.run([2.0] if quick else [1.0, 2.0, 4.0, INF], 4 if quick else adult_llm.N,
-                         quick=quick)
-
-
 def _triage(quick: bool) -> dict[str, Any]:
     from benchmarks import triage
     return triage.run(quick)
@@ -92,27 +85,9 @@ def _selection_modes(quick: bool) -> dict[str, Any]:
     return selection_modes.run(quick)
 
 
-def _llm_text(quick: bool) -> dict[str, Any]:
-    from benchmarks import llm_text
-    return llm_text.run(quick)
-
-
-def _selection_signal(quick: bool) -> dict[str, Any]:
-    from benchmarks import selection_signal
-    return selection_signal.run(quick)
-
-
 def _images(quick: bool) -> dict[str, Any]:
     from benchmarks import images
     return images.run(quick)
-
-
-def _text_vocabulary(quick: bool) -> dict[str, Any]:
-    from benchmarks import text_vocabulary
-    return text_vocabulary.run(quick)
-
-
-
 
 
 def _audit_report(quick: bool) -> dict[str, Any]:
@@ -140,12 +115,6 @@ def _counts_modes(quick: bool) -> dict[str, Any]:
     return counts_modes.run(quick)
 
 
-def _budget_parts(quick: bool) -> dict[str, Any]:
-    from benchmarks import budget_parts
-    from benchmarks.common import RunCache
-    return budget_parts.run(quick, RunCache.from_env("budget_parts", budget_parts.KEYS))
-
-
 def _release_time(quick: bool) -> dict[str, Any]:
     from benchmarks import release_time
     return release_time.run(quick)
@@ -164,19 +133,14 @@ def _small_tables(quick: bool) -> dict[str, Any]:
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "small_tables": ("python -m benchmarks.small_tables", _small_tables),
-    "budget_parts": ("python -m benchmarks.budget_parts", _budget_parts),
     "release_time": ("python -m benchmarks.release_time", _release_time),
     "person_ledger": ("python -m benchmarks.person_ledger", _person_ledger),
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),
     "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),
-    "selection_signal": ("python -m benchmarks.selection_signal", _selection_signal),
     "adult": ("python -m benchmarks.adult_tstr", _adult),
     "counts_modes": ("python -m benchmarks.counts_modes", _counts_modes),
-    "adult_llm": ("python -m benchmarks.adult_llm", _adult_llm),
     "triage": ("python -m benchmarks.triage", _triage),
-    "llm_text": ("python -m benchmarks.llm_text", _llm_text),
-    "text_vocabulary": ("python -m benchmarks.text_vocabulary", _text_vocabulary),
     "decode": ("python -m benchmarks.decode", _decode),
     "shards": ("python -m benchmarks.shards", _shards),
     "scale": ("python -m benchmarks.scale", _scale),  # 10^7 rows too: --huge

@@ -10,7 +10,7 @@ regression (TF-IDF of the record) and gradient boosting on the 6,513 test rows, 
 to the same model trained on a real sample of the same size (and the standard evaluator's
 gaps: one-hot LR, GB on native categoricals; `audits.utility`). "inf" is a release at
 epsilon = 1e6 (noise scale 1e-5 rows: exact counts for every practical purpose) - OpenDP
-has no epsilon = infinity. The LLM decoder on Adult is benchmarks.adult_llm.
+has no epsilon = infinity. The LLM decoder on Adult was benchmarks.adult_llm (retired; RESULTS.md).
 """
 
 from __future__ import annotations

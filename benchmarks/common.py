@@ -55,13 +55,6 @@ def decode(out: Path, trust: Path, n: int, decoder: str, seed: int, path: Path,
     return typed_rows(schema, pl.read_csv(path, infer_schema=False).to_dicts())
 
 
-def released_phrases(doc: dict[str, Any], field: str) -> list[str]:
-    """The terms a release's DP vocabulary released for ``field`` (none when it has no
-    vocabulary there, or a topic codebook instead)."""
-    topics = (doc["counts"].get("topics") or {}).get(field) or {}
-    return [p["text"] for p in topics["phrases"]["phrases"]] if topics.get("phrases") else []
-
-
 def typed_rows(schema: Any, rows: Sequence[dict[str, str | None]]) -> list[Row]:
     """CSV rows (strings) typed by ``schema``'s record fields (a missing text is "")."""
     return [{f.name: _typed(f, r.get(f.name)) for f in schema.record_fields} for r in rows]

@@ -145,52 +145,6 @@ def _selection_modes_summary(r: Result) -> str:
             f"{best[0]:.3f} ({best[1]}, eps {best[2]:g}) against {real:.3f} for real rows.")
 
 
-def _signal_at(r: Result, epsilon: float) -> dict[tuple[int, int, str], Result]:
-    """selection_signal's demo cells at one selection epsilon, by (T, b, utility)."""
-    return {(c["T"], c["b"], c["utility"]): c for c in r["cells"]
-            if c["dataset"] == "demo" and c["epsilon"] == epsilon}
-
-
-def _selection_signal_table(r: Result) -> str:
-    """The demo at selection eps 2 (the whole grid, Adult too, is the result's own table;
-    the grid over quotas is its ``quota_table``, in RESULTS.json)."""
-    at = _signal_at(r, 2.0) or _signal_at(r, r["cells"][0]["epsilon"])
-    eps = next(iter(at.values()))["epsilon"]
-
-    def cell(c: Result, what: str) -> str:
-        return f"{c[what]:.3f} ({_f(c['share_' + what], 2)})"
-
-    rows = [(t, b, _f(c["random"]), _f(c["winners_inf"]), cell(at[t, b, "raw"], "winners"),
-             cell(c, "winners"), cell(c, "picks"))
-            for (t, b, u), c in sorted(at.items()) if u == "minmax"]
-    return "\n\n".join([
-        f"Demo, selection eps {eps:g}: mean kernel distance to the class's private rows "
-        "(gap share of eps inf's in brackets); winners = the round's most chosen, picks = "
-        "each batch's noisy max:",
-        _table(("T", "b", "random", "winners eps inf", "raw winners", "minmax winners",
-                "minmax picks"), rows)])
-
-
-def _selection_signal_summary(r: Result) -> str:
-    """The best (T, b, utility) on the demo at selection eps 2 and 1 (the demo release's
-    eps 2 gives the selection 1), and T = 5, b = 5 (the earlier defaults) next to it."""
-    parts = []
-    for eps in (2.0, 1.0):
-        at = {k: c for k, c in _signal_at(r, eps).items() if c["share_winners"] is not None}
-        if not at:
-            continue
-        c = max(at.values(), key=lambda x: x["share_winners"])
-        dflt = ", ".join(f"{u} {at[5, 5, u]['share_winners']:.2f}" for u in ("minmax", "raw")
-                         if (5, 5, u) in at)
-        if (1, 20, "minmax") in at:
-            dflt += f"; defaults T = 1, b = 20: {at[1, 20, 'minmax']['share_winners']:.2f}"
-        parts.append(f"demo, selection eps {eps:g}: best T = {c['T']}, b = {c['b']}, "
-                     f"{c['utility']} (winners {c['winners']:.3f} vs random "
-                     f"{c['random']:.3f}, gap share {c['share_winners']:.2f} of eps inf's)"
-                     + (f"; T = 5, b = 5: {dflt}" if dflt else ""))
-    return "; ".join(parts) + "."
-
-
 def _adult_summary(r: Result) -> str:
     rows = {str(x["epsilon"]): x for x in r["results"]}
     x = rows.get("2.0") or rows.get("2") or r["results"][0]
@@ -206,14 +160,6 @@ def _triage_summary(r: Result) -> str:
     return (f"Default pipeline at eps {x['epsilon']}: TSTR LR {_f(u['synthetic'])} vs real "
             f"{_f(u['real_sample'])}, 1-way TVD {_f(x['tvd_1way'])}, MIA AUC "
             f"{_f(x['mia']['kernel']['roc_auc'])}.")
-
-
-def _adult_llm_summary(r: Result) -> str:
-    x = next((x for x in r["results"] if x["epsilon"] == 2.0), r["results"][0])
-    m = "tfidf_logreg"
-    return (f"LLM decoder, {r['n']} rows at eps {x['epsilon']}: TSTR LR {_f(x['llm']['auc'][m])}"
-            f" vs marginals decoder {_f(x['marginals']['auc'][m])} and real "
-            f"{_f(x['real_sample']['auc'][m])}; {x['llm']['records_per_s']:.1f} records/s.")
 
 
 def _builds_summary(r: Result) -> str:
@@ -249,55 +195,6 @@ def _audits_table(r: Result) -> str:
                     cell(by[(a, "2x")])) for a in audits])
 
 
-def _llm_text_table(r: Result) -> str:
-    """Adult's gaps per decoder, then the demo's decodes: text-only TSTR, text and MIA."""
-    a = r["adult"]
-    models = list(a["rows"][0]["gaps"])
-    adult = _table(("decoder", *(f"{m} gap" for m in models), "decode (s)"),
-                   [(x["decoder"], *(_f(x["gaps"][m]) for m in models), x["decode_s"])
-                    for x in a["rows"]])
-    d = r["demo"]
-    rows = [(x["config"], x["rows"], _f(x["text_tstr"]["synthetic"]),
-             _f(x["text_tstr"]["real_sample"]), _f(x["utility"]["tfidf_logreg"]["gap"]),
-             f"{x['distinct_share']:.2f}", x["placeholders"], _f(x["validity_strict"], 2),
-             _f(max(v["tpr_at_1pct_fpr"] for v in x["mia"].values())),
-             _f(x["mia_tpr_bound_at_1pct"]), x["candidates_per_s"])
-            for x in d["rows"]]
-    w = d["default_path_release"]
-    return "\n\n".join([
-        f"Adult, eps {a['epsilon']:g}, {a['train_rows']:,} rows per decoder, TSTR gap per "
-        "evaluator:", adult,
-        f"Demo, eps {d['epsilon']:g}, {d['n']} rows per decode (text TSTR: TF-IDF LR on "
-        "the free text alone, next to a same-size real sample; MIA: the highest TPR at 1 % "
-        "FPR of the two attacks, next to the DP bound):",
-        _table(("decode", "rows", "text TSTR", "real text", "record LR gap", "distinct",
-                "placeholders", "valid", "MIA TPR", "bound", "candidates/s"), rows),
-        f"Default-path release ({w['release_s']} s): {w['exemplars']} released exemplars, "
-        f"{w['distinct_texts']} distinct texts, {w['placeholders']} placeholders, "
-        f"{100 * w['share_at_bounds']:.1f} % of their numbers at a schema bound (the private "
-        f"rows: {100 * w['members_share_at_bounds']:.1f} %); candidates' "
-        f"text counters {w['candidate_text']}."])
-
-
-def _llm_text_summary(r: Result) -> str:
-    a, d = r["adult"], r["demo"]
-    by = {x["config"]: x for x in d["rows"]}
-    llm = by.get("default path: llm", d["rows"][0])
-    t = llm["text_tstr"]
-    ex, anchors = by.get("pool: llm (exemplars + anchors)"), by.get("pool: llm (anchors only)")
-    helps = (f"; exemplars + anchors {_f(ex['text_tstr']['synthetic'])} vs anchors alone "
-             f"{_f(anchors['text_tstr']['synthetic'])}" if ex and anchors else "")
-    real = by.get("upper bound, not DP: llm shown real rows")
-    if real:
-        helps += f"; shown real rows instead (not DP) {_f(real['text_tstr']['synthetic'])}"
-    met = [k for k, v in d["default_path_targets"].items() if not v]
-    return (f"Adult eps 2: LLM decoder within {a['llm_vs_model_max_gap_diff']:.3f} of the model "
-            f"decoder's gaps; demo default path: LLM text TSTR {_f(t['synthetic'])} vs real "
-            f"{_f(t['real_sample'])}, {100 * llm['distinct_share']:.0f} % distinct, "
-            f"{llm['placeholders']} placeholders{helps}; targets "
-            + ("all met" if not met else "missed: " + ", ".join(met)) + ".")
-
-
 def _counts_modes_table(r: Result) -> str:
     from benchmarks import counts_modes_report  # its own table, rendered anew: the stages moved
 
@@ -309,16 +206,13 @@ TABLES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_table, "selection": _selection_table, "decode": _decode_table,
     "generation": _generation_table,
     "selection_modes": _selection_modes_table,  # its own table is the full 12-row grid, twice
-    "selection_signal": _selection_signal_table,  # its own table is the full grid
-    "llm_text": _llm_text_table,
     "audits": _audits_table,  # its own table is a row per calibration
 }
 SUMMARIES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_summary, "selection": _selection_summary, "decode": _decode_summary,
     "generation": _generation_summary, "selection_modes": _selection_modes_summary,
-    "adult": _adult_summary, "triage": _triage_summary, "adult_llm": _adult_llm_summary,
+    "adult": _adult_summary, "triage": _triage_summary,
     "llama_builds": _builds_summary, "database": _database_summary, "audits": _audits_summary,
-    "selection_signal": _selection_signal_summary, "llm_text": _llm_text_summary,
 }
 
 

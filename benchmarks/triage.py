@@ -123,7 +123,7 @@ class Bench:
 
 def make_bench(folder: Path, sizes: Sizes) -> Bench:
     """The triage bench in ``folder``: the demo schema, a release key, the candidate pool,
-    member and non-member rows and a local decoder (`llm_text` builds on it too)."""
+    member and non-member rows and a local decoder."""
     from selpe_audit.artifact.signing import generate_keypair
 
     schema = load_schema(demo_schema_path())

@@ -1,12 +1,10 @@
-"""Issue 20 item 4: selpe's per-batch min-max utilities, their setting and the signal benchmark.
+"""Issue 20 item 4: selpe's per-batch min-max utilities and their setting.
 
 The rescale keeps the utilities in [-1, 0], so the round's sensitivity, noise scale and
 OpenDP map are those of the raw utilities; only the gap between candidates grows.
 """
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -96,23 +94,3 @@ def test_utility_setting_is_checked_and_reaches_the_ledger(tmp_path):
     for u, words in (("minmax", "min-max rescaled"), ("raw", "as is")):
         (entry,) = MODE.ledger_entries(SelectionConfig(settings={"utility": u}), run)
         assert words in entry.scope
-
-
-@pytest.mark.model
-def test_selection_signal_benchmark_quick(tmp_path):
-    """``python -m benchmarks --quick --only selection_signal`` (its runner, in-process): the
-    table is on the page and the distances and gap shares are sane."""
-    from benchmarks.__main__ import run_benchmarks
-
-    out = tmp_path / "RESULTS.md"  # in this process: the session's embedder
-    assert run_benchmarks(["selection_signal"], True, out) == []
-    result = json.loads(out.with_suffix(".json").read_text())["selection_signal"]["result"]
-    cells = result["cells"]
-    assert {c["dataset"] for c in cells} == {"demo", "adult"}
-    assert {c["utility"] for c in cells} == {"minmax", "raw"}
-    for c in cells:
-        assert all(0 < c[k] < 1 for k in ("picks", "winners", "random", "winners_inf"))
-        assert c["winners_inf"] < c["random"]  # argmax beats random
-    page = out.read_text()
-    assert "## selection_signal" in page and "demo, selection eps 2: best T =" in page
-    assert "| T | b | random | winners eps inf | raw winners | minmax winners |" in page
