@@ -37,6 +37,19 @@ def test_keygen(tmp_path):
     assert "Traceback" not in again.stderr
 
 
+def test_a_command_loads_only_its_own_stage():
+    """`selpe-audit decode` (review, release) builds only its own parser: the audits' and
+    OpenDP's prelude's scikit-learn (seconds) stays out of every command but the audits."""
+    probe = ("import sys\nfrom selpe_audit.cli.main import main\n"
+             "for name in ('decode', 'review', 'release', 'ledger'):\n"
+             "    try:\n        main([name, '--help'])\n    except SystemExit:\n        pass\n"
+             "print(sorted(m for m in ('sklearn', 'audits.mia') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.slow
 def test_no_command_prints_help():
     r = run()

@@ -42,20 +42,21 @@ def check(records: list[dict], schema: Schema, n: int, cls: int) -> None:
 # ----- generation (model: runs the model) ---------------------------------------------------
 
 @pytest.mark.model
-def test_48_single_stage_records_all_validate(llm: LLM, demo_schema: Schema) -> None:
-    """48 records (12 batches of the 4 sequences; 200 before: the same paths, a quarter of
-    the time); the grammar makes every one valid, and they are not one record repeated."""
+def test_16_single_stage_records_all_validate(llm: LLM, demo_schema: Schema) -> None:
+    """16 records (4 batches of the 4 sequences; 200, then 48 before: the same grammar
+    paths in a twelfth of the time); the grammar makes every one valid, and they are not one
+    record repeated."""
     pos, neg = examples(demo_schema, 2)
     gen = RecordGenerator(demo_schema, llm, GenerationConfig(two_stage=False, seed=5))
     seen: list[dict] = []
-    records = gen.generate(class_value=2, positives=pos, negatives=neg, n=48,
+    records = gen.generate(class_value=2, positives=pos, negatives=neg, n=16,
                            hints={"age": "mostly over 45"}, on_record=seen.append)
-    check(records, demo_schema, 48, 2)
+    check(records, demo_schema, 16, 2)
     assert seen == records
     st = gen.last_stats
-    assert st.records == 48 and st.validity == 1.0
+    assert st.records == 16 and st.validity == 1.0
     assert st.forced_tokens > 0 and st.tokens_per_s > 0
-    assert len({r["chief_complaint"] for r in records}) > 12  # not one record repeated
+    assert len({r["chief_complaint"] for r in records}) > 4  # not one record repeated
 
 
 @pytest.mark.model

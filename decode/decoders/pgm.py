@@ -27,7 +27,7 @@ def version() -> str:
 
 def fit(domain: Any, measurements: list[Any]) -> Any:
     """OpenDP's mirror descent over the released marginals, as the release fitted them."""
-    import opendp.prelude as dp
+    from opendp.extras import mbi
 
-    return dp.mbi.mirror_descent(domain, measurements)
+    return mbi.mirror_descent(domain, measurements)
 

@@ -26,7 +26,7 @@ of an import.
 
 from __future__ import annotations
 
-import opendp.prelude as dp
+from release.dp import prelude as dp
 
 #: OpenDP's measurement type, for annotations outside this package
 Measurement = dp.Measurement

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import opendp.prelude as dp
+from release.dp import prelude as dp
 
 M = TypeVar("M", dp.Measurement, Any)
 

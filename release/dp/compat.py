@@ -35,8 +35,8 @@ def mbi_helpers() -> Any:
 
 def pgm() -> Any:
     """private-pgm (``mbi``): ``Domain`` for the calibrated marginals, ``CliqueVector``,
-    ``MarkovRandomField`` and ``estimation.mirror_descent`` for the audits' stand-in and
-    quick fits. Reached here only (an import-linter contract), as decode reaches it only
+    ``MarkovRandomField``, ``Factor`` and ``estimation`` for the audits' stand-in and
+    dense fits. Reached here only (an import-linter contract), as decode reaches it only
     through `decode.decoders.pgm`."""
     import mbi
     import mbi.estimation

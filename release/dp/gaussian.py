@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import opendp.prelude as dp
-
+from release.dp import prelude as dp
 from release.dp.calibration import calibrate
 from release.dp.user import PRIVATE_DOMAIN, user_defined, user_domain
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import opendp.prelude as dp
 
+from release.dp import prelude as dp
 from release.dp.calibration import calibrate
 from release.dp.user import PRIVATE_DOMAIN, SELPE_DOMAIN, user_defined, user_domain
 

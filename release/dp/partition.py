@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import opendp.prelude as dp
 import polars as pl
 
+from release.dp import prelude as dp
 from release.dp import spools
 from release.dp.compat import polars_plan
 from release.dp.counts import COUNT_COLUMN

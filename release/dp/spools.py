@@ -10,8 +10,9 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-import opendp.prelude as dp
 import polars as pl
+
+from release.dp import prelude as dp
 
 SPOOL_PREFIX = "selpe-audit-spool-"
 SPOOL_ENV = "SELPE_AUDIT_SPOOL"  # a folder for the spool (default: memory, else $TMPDIR)

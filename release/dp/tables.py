@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import opendp.prelude as dp
 import polars as pl
 
+from release.dp import prelude as dp
 from release.dp.calibration import calibrate
 from release.dp.compat import mbi_helpers, pgm
 from release.dp.counts import make_context

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import opendp.prelude as dp
 import polars as pl
+
+from release.dp import prelude as dp
 
 IdsT = TypeVar("IdsT", pl.Expr, pl.Series)
 #: the frame column of a person's code (`unit_codes`), in every query that bounds people

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import opendp.prelude as dp
 from opendp.mod import GLOBAL_FEATURES
+
+from release.dp import prelude as dp
 
 #: OpenDP's flag for user-defined domains, transformations and measurements
 HONEST_BUT_CURIOUS = "honest-but-curious"

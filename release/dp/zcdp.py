@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import functools
 
-import opendp.prelude as dp
-
+from release.dp import prelude as dp
 from release.dp.user import PRIVATE_DOMAIN, user_domain
 
 CONVERSION_CONSTRUCTOR = ("opendp.combinators.make_adaptive_composition (zCDP) >> "

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.utils.extmath import randomized_svd
 
 from release.config_sections import SelectionConfig
 from release.selection.gaussian import (
@@ -99,7 +97,11 @@ def skeleton(cand_flat: np.ndarray, n_anchors: int, dims: int, seed: int) -> Ske
 
     k-means runs on the candidates' top principal components (at most `_KMEANS_DIMS`, which
     keeps it fast at M = 10,000 in thousands of dimensions); each anchor is the full-space
-    mean of its cluster. The basis is the top ``dims`` of the same components."""
+    mean of its cluster. The basis is the top ``dims`` of the same components.
+    scikit-learn is imported here: at module level every command's start paid for it."""
+    from sklearn.cluster import KMeans
+    from sklearn.utils.extmath import randomized_svd
+
     centered = cand_flat - cand_flat.mean(axis=0)
     k = min(max(dims, _KMEANS_DIMS), *centered.shape)
     if k > 0:

@@ -35,10 +35,15 @@ EPILOG = """workflows:
 """
 
 
-def load_commands() -> dict[str, Command]:
-    """Every registered subcommand, in the order users meet them."""
+def load_commands(name: str | None = None) -> dict[str, Command]:
+    """Every registered subcommand, in the order users meet them; only ``name``'s when it
+    names one, so a command imports only its own stage (a decode never loads the audits'
+    scikit-learn: seconds at every start)."""
     found: dict[str, Command] = {}
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    points = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    if any(ep.name == name for ep in points):
+        points = [ep for ep in points if ep.name == name]
+    for ep in points:
         cmd = ep.load()
         found[cmd.name] = cmd
     return dict(sorted(found.items(), key=lambda kv: ([*ORDER, kv[0]]).index(kv[0])))
@@ -64,8 +69,10 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    argv = sys.argv[1:] if argv is None else argv
+    named = next((a for a in argv if not a.startswith("-")), None)
     try:  # a stage's plugins load with its command (e.g. release's selection modes)
-        parser = build_parser(load_commands())
+        parser = build_parser(load_commands(named))
     except UserError as e:
         err.print(f"[bold red]selpe-audit: error:[/] {escape(str(e))}")
         return e.exit_code
