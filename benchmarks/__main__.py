@@ -65,11 +65,6 @@ def _triage(quick: bool) -> dict[str, Any]:
     return triage.run(quick)
 
 
-def _llama_builds(quick: bool) -> dict[str, Any]:
-    from benchmarks import llama_builds
-    return llama_builds.run(quick)
-
-
 def _audits(quick: bool) -> dict[str, Any]:
     from benchmarks import audits
     return audits.run(quick)
@@ -88,11 +83,6 @@ def _selection_modes(quick: bool) -> dict[str, Any]:
 def _images(quick: bool) -> dict[str, Any]:
     from benchmarks import images
     return images.run(quick)
-
-
-def _audit_report(quick: bool) -> dict[str, Any]:
-    from benchmarks import audit_report
-    return audit_report.run(quick)
 
 
 def _scale(quick: bool, huge: bool = False) -> dict[str, Any]:
@@ -145,11 +135,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "shards": ("python -m benchmarks.shards", _shards),
     "scale": ("python -m benchmarks.scale", _scale),  # 10^7 rows too: --huge
     "generation": ("python -m benchmarks.generation", _generation),
-    "llama_builds": ("python -m benchmarks.llama_builds", _llama_builds),
     "database": ("python -m benchmarks.database", _database),
     "audits": ("python -m benchmarks.audits", _audits),
     "images": ("python -m benchmarks.images", _images),
-    "audit_report": ("python -m benchmarks.audit_report", _audit_report),
     "artifact_read": ("python -m benchmarks.artifact_read", _artifact_read),
     "api": ("python -m benchmarks.api", _api),
 }

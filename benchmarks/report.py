@@ -162,12 +162,6 @@ def _triage_summary(r: Result) -> str:
             f"{_f(x['mia']['kernel']['roc_auc'])}.")
 
 
-def _builds_summary(r: Result) -> str:
-    b = r["builds"]
-    return "Unconstrained tokens/s: " + ", ".join(
-        f"{k} {v['unconstrained_tokens_per_s']:.0f}" for k, v in b.items()) + "."
-
-
 def _database_summary(r: Result) -> str:
     return (f"Reading {r['rows']:,} rows from PostgreSQL takes {r['ratio']:.2f}x the CSV "
             "read (validation included).")
@@ -212,7 +206,7 @@ SUMMARIES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_summary, "selection": _selection_summary, "decode": _decode_summary,
     "generation": _generation_summary, "selection_modes": _selection_modes_summary,
     "adult": _adult_summary, "triage": _triage_summary,
-    "llama_builds": _builds_summary, "database": _database_summary, "audits": _audits_summary,
+    "database": _database_summary, "audits": _audits_summary,
 }
 
 

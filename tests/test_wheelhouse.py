@@ -296,7 +296,9 @@ def _offline_env(cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PIP_") and k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
     dead = "http://127.0.0.1:9"   # the discard port: any connection attempt fails at once
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1",
+    # PIP_COMPILE=0: no .pyc written at install (torch alone 25 s -> 10 s here); what is
+    # tested - every package found offline, installed and importable - is the same
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1", PIP_COMPILE="0",
                PIP_DISABLE_PIP_VERSION_CHECK="1", HF_HUB_OFFLINE="1",
                HTTP_PROXY=dead, HTTPS_PROXY=dead, http_proxy=dead, https_proxy=dead,
                ALL_PROXY=dead, NO_PROXY="", no_proxy="", SELPE_AUDIT_CACHE=str(cache))
