@@ -54,12 +54,6 @@ def _shards(quick: bool) -> dict[str, Any]:
     return shards.run(quick)
 
 
-def _adult(quick: bool) -> dict[str, Any]:
-    from benchmarks import adult_tstr
-    from benchmarks.adult import INF
-    return adult_tstr.run([2.0] if quick else [1.0, 2.0, 4.0, INF], quick)
-
-
 def _triage(quick: bool) -> dict[str, Any]:
     from benchmarks import triage
     return triage.run(quick)
@@ -128,7 +122,6 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
     "counts": ("python -m benchmarks.counts", _counts),
     "selection": ("python -m benchmarks.selection", _selection),
     "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),
-    "adult": ("python -m benchmarks.adult_tstr", _adult),
     "counts_modes": ("python -m benchmarks.counts_modes", _counts_modes),
     "triage": ("python -m benchmarks.triage", _triage),
     "decode": ("python -m benchmarks.decode", _decode),

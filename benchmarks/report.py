@@ -145,14 +145,6 @@ def _selection_modes_summary(r: Result) -> str:
             f"{best[0]:.3f} ({best[1]}, eps {best[2]:g}) against {real:.3f} for real rows.")
 
 
-def _adult_summary(r: Result) -> str:
-    rows = {str(x["epsilon"]): x for x in r["results"]}
-    x = rows.get("2.0") or rows.get("2") or r["results"][0]
-    return (f"Marginals decoder, eps {x['epsilon']}: TSTR gap LR {_f(x['tfidf_logreg']['gap'])}"
-            f", GB {_f(x['hgb_embeddings']['gap'])} (CoRTeC reports "
-            f"{r['cortec_reported_gap_at_eps_2']}).")
-
-
 def _triage_summary(r: Result) -> str:
     by = {x["epsilon"]: x for x in r["main"]}
     x = by.get(2.0) or r["main"][0]
@@ -205,7 +197,7 @@ TABLES: dict[str, Callable[[Result], str]] = {
 SUMMARIES: dict[str, Callable[[Result], str]] = {
     "counts": _counts_summary, "selection": _selection_summary, "decode": _decode_summary,
     "generation": _generation_summary, "selection_modes": _selection_modes_summary,
-    "adult": _adult_summary, "triage": _triage_summary,
+    "triage": _triage_summary,
     "database": _database_summary, "audits": _audits_summary,
 }
 
@@ -214,16 +206,6 @@ SUMMARIES: dict[str, Callable[[Result], str]] = {
 
 def _eps(x: Any) -> str:
     return x if isinstance(x, str) else f"{x:g}"
-
-
-def _adult_plots(r: Result) -> list[Plot]:
-    xs = [_eps(x["epsilon"]) for x in r["results"]]
-    svg = line_chart("Adult, marginals decoder: TSTR gap vs epsilon", xs,
-                     {"LR (TF-IDF)": [x["tfidf_logreg"]["gap"] for x in r["results"]],
-                      "GB (embeddings)": [x["hgb_embeddings"]["gap"] for x in r["results"]]},
-                     "gap (real - synthetic AUC)",
-                     reference=(r["cortec_reported_gap_at_eps_2"], "CoRTeC at eps 2"))
-    return [("gap", "TSTR gap vs epsilon", svg)]
 
 
 def _triage_plots(r: Result) -> list[Plot]:
@@ -295,7 +277,7 @@ def _small_tables_plots(r: Result) -> list[Plot]:
 
 
 PLOTS: dict[str, Callable[[Result], list[Plot]]] = {
-    "adult": _adult_plots, "triage": _triage_plots, "counts_modes": _counts_modes_plots,
+    "triage": _triage_plots, "counts_modes": _counts_modes_plots,
     "scale": _scale_plots, "small_tables": _small_tables_plots,
 }
 

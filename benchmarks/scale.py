@@ -44,7 +44,7 @@ from benchmarks.counts_modes import ROOT, demo_config, demo_rows, demo_settings,
 from release.installation import DEFAULT_MAX_EPSILON
 
 FULL_SIZES = (10_000, 100_000, 1_000_000)
-QUICK_SIZES = (1_000, 3_000)  # the smoke run: two sizes for a slope, 4,000 rows embedded
+QUICK_SIZES = (500, 1_000)  # the smoke run: two sizes for a slope, 1,500 rows embedded
 HUGE = 10_000_000
 DEFAULT_PATH_ROWS = 20_000
 FEATURE_ROWS = 100_000

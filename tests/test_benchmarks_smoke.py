@@ -36,17 +36,15 @@ def _quick(tmp_path, name: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.model
 def test_benchmarks_quick(tmp_path):
-    out = _run_runner(tmp_path, "counts,selection,adult")
+    out = _run_runner(tmp_path, "counts,selection")
     text = out.read_text()
     entries = json.loads(out.with_suffix(".json").read_text())
-    counts, selection, adult = (entries[n]["result"] for n in ("counts", "selection", "adult"))
+    counts, selection = (entries[n]["result"] for n in ("counts", "selection"))
     assert "```json" not in text  # the page has tables; the numbers stay in RESULTS.json
     assert counts["time_ratio"] > 0 and counts["rows"] == 20_000
     assert 0 < counts["opendp_handoff_s"] < counts["opendp_s"]
     assert selection["winners_at_inf_beat_random"]
-    gaps = adult["results"][0]
-    assert 0.5 < gaps["tfidf_logreg"]["synthetic"] <= 1.0
-    assert "| epsilon | LR synthetic | LR real | LR gap |" in text
+    assert "| rows | polars (s) | OpenDP (s) |" in text and "## selection" in text
 
 
 @pytest.mark.slow
