@@ -82,6 +82,24 @@ def run_cli(*args: str) -> int:
 
 # ----- statistics --------------------------------------------------------------------------
 
+def test_auc_is_scikit_learns_with_ties_counted_one_half():
+    """The rank-based AUC (`stats.auc`, fast enough for the bootstrap) is scikit-learn's
+    roc_auc_score on continuous scores and on heavy ties, to float rounding."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(3)
+    for i in range(200):
+        n_pos, n_neg = (int(x) for x in rng.integers(1, 80, 2))
+        pos, neg = ((rng.integers(0, 4, n).astype(float) if i % 2 else rng.normal(0, 1, n))
+                    for n in (n_pos, n_neg))
+        y = np.r_[np.ones(n_pos), np.zeros(n_neg)]
+        assert stats.auc(pos, neg) == pytest.approx(roc_auc_score(y, np.r_[pos, neg]),
+                                                    abs=1e-12)
+    assert stats.auc(np.array([2.0, 3.0]), np.array([1.0, 2.0])) == 0.875
+    with pytest.raises(ValueError, match="both classes"):
+        stats.auc(np.array([]), np.array([1.0]))
+
+
 def test_clopper_pearson_and_eps_bound():
     lo, hi = stats.clopper_pearson(0, 10)
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 10))
