@@ -18,122 +18,16 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import write_page, write_results
+from benchmarks.suite import STUDIES, benchmark
 from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 HERE = Path(__file__).parent
-
-
-def _counts(quick: bool) -> dict[str, Any]:
-    from benchmarks import counts
-    return counts.run(20_000, 1) if quick else counts.run(1_000_000, 7)
-
-
-def _generation(quick: bool) -> dict[str, Any]:
-    from benchmarks import generation
-    return generation.run(records=300, quick=quick)
-
-
-def _selection(quick: bool) -> dict[str, Any]:
-    from benchmarks import selection
-    return selection.run(10, 500 if quick else 10_000, quick)
-
-
-def _decode(quick: bool) -> dict[str, Any]:
-    from benchmarks import decode
-    return decode.run(n=200, quick=quick)  # LLM too: 400 candidates (4 with --quick)
-
-
-def _shards(quick: bool) -> dict[str, Any]:
-    from benchmarks import shards
-    return shards.run(quick)
-
-
-def _triage(quick: bool) -> dict[str, Any]:
-    from benchmarks import triage
-    return triage.run(quick)
-
-
-def _audits(quick: bool) -> dict[str, Any]:
-    from benchmarks import audits
-    return audits.run(quick)
-
-
-def _database(quick: bool) -> dict[str, Any]:
-    from benchmarks import database
-    return database.run(quick=quick)
-
-
-def _selection_modes(quick: bool) -> dict[str, Any]:
-    from benchmarks import selection_modes
-    return selection_modes.run(quick)
-
-
-def _images(quick: bool) -> dict[str, Any]:
-    from benchmarks import images
-    return images.run(quick)
-
-
-def _scale(quick: bool, huge: bool = False) -> dict[str, Any]:
-    from benchmarks import scale
-    return scale.run(quick, huge=huge)
-
-
-def _artifact_read(quick: bool) -> dict[str, Any]:
-    from benchmarks import artifact_read
-    return artifact_read.run(quick=quick)
-
-
-def _api(quick: bool) -> dict[str, Any]:
-    from benchmarks import api
-    return api.run(quick=quick)
-
-
-def _counts_modes(quick: bool) -> dict[str, Any]:
-    from benchmarks import counts_modes
-    return counts_modes.run(quick)
-
-
-def _release_time(quick: bool) -> dict[str, Any]:
-    from benchmarks import release_time
-    return release_time.run(quick)
-
-
-def _person_ledger(quick: bool) -> dict[str, Any]:
-    from benchmarks import person_ledger
-    return person_ledger.run(quick)
-
-
-def _small_tables(quick: bool) -> dict[str, Any]:
-    from benchmarks import small_tables
-    from benchmarks.common import RunCache
-    return small_tables.run(quick, runs=RunCache.from_env("small_tables", small_tables.KEYS))
-
-
-BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]]]] = {
-    "small_tables": ("python -m benchmarks.small_tables", _small_tables),
-    "release_time": ("python -m benchmarks.release_time", _release_time),
-    "person_ledger": ("python -m benchmarks.person_ledger", _person_ledger),
-    "counts": ("python -m benchmarks.counts", _counts),
-    "selection": ("python -m benchmarks.selection", _selection),
-    "selection_modes": ("python -m benchmarks.selection_modes", _selection_modes),
-    "counts_modes": ("python -m benchmarks.counts_modes", _counts_modes),
-    "triage": ("python -m benchmarks.triage", _triage),
-    "decode": ("python -m benchmarks.decode", _decode),
-    "shards": ("python -m benchmarks.shards", _shards),
-    "scale": ("python -m benchmarks.scale", _scale),  # 10^7 rows too: --huge
-    "generation": ("python -m benchmarks.generation", _generation),
-    "database": ("python -m benchmarks.database", _database),
-    "audits": ("python -m benchmarks.audits", _audits),
-    "images": ("python -m benchmarks.images", _images),
-    "artifact_read": ("python -m benchmarks.artifact_read", _artifact_read),
-    "api": ("python -m benchmarks.api", _api),
-}
 
 
 def _machine() -> str:
@@ -148,7 +42,7 @@ def _machine() -> str:
 
 def _entry(name: str, result: dict[str, Any], quick: bool, seconds: float,
            huge: bool = False) -> dict[str, Any]:
-    return {"command": BENCHMARKS[name][0] + (" --quick" if quick else "")
+    return {"command": benchmark(name).command + (" --quick" if quick else "")
             + (" --huge" if huge else ""),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": _machine(), "seconds": round(seconds, 1), "result": result}
@@ -163,25 +57,10 @@ def _kept(before: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any
     return before | {"last_failure": failure}
 
 
-def write_results(path: Path, entries: dict[str, dict[str, Any]]) -> None:
-    """RESULTS.json beside ``path`` with every benchmark's latest entry (so a run of a subset
-    with ``--only`` keeps the others), then the page at ``path`` rendered from it."""
-    from benchmarks.report import write_results as write
-
-    write(path, entries, list(BENCHMARKS))
-
-
-def render(path: Path, entries: dict[str, dict[str, Any]]) -> None:
-    """The short page and its plots (`benchmarks.report`), sections in BENCHMARKS order."""
-    from benchmarks.report import write_page
-
-    write_page(path, entries, list(BENCHMARKS))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description="run every benchmark, write RESULTS.md")
     ap.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke)")
-    ap.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
+    ap.add_argument("--only", default=",".join(STUDIES), help="comma-separated subset")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     ap.add_argument("--huge", action="store_true",
                     help="scale also releases 10^7 rows (about 3 minutes and 7 GB more)")
@@ -193,14 +72,14 @@ def main() -> None:
     if args.render:
         if not sidecar.exists():
             raise SystemExit(f"{sidecar}: no results to render")
-        render(out, json.loads(sidecar.read_text()))
+        write_page(out, json.loads(sidecar.read_text()))
         print(f"wrote {out}")
         return
     names = args.only.split(",")
-    unknown = [n for n in names if n not in BENCHMARKS]
+    unknown = [n for n in names if n not in STUDIES]
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {', '.join(unknown)}; "
-                         f"choose from {', '.join(BENCHMARKS)}")
+                         f"choose from {', '.join(STUDIES)}")
     failed = run_benchmarks(names, args.quick, out, args.huge)
     print(f"wrote {out}")
     if failed:
@@ -216,8 +95,9 @@ def run_benchmarks(names: list[str], quick: bool, out: Path, huge: bool = False)
         print(f"== {name}", flush=True)
         t0 = time.perf_counter()
         try:
-            result = (_scale(quick, huge=True) if huge and name == "scale"
-                      else BENCHMARKS[name][1](quick))
+            bench = benchmark(name)
+            result = (bench.run(quick, huge=True) if huge and name == "scale"
+                      else bench.run(quick))
         except Exception as e:  # one failing benchmark must not hide the others
             result = {"error": f"{type(e).__name__}: {e}"}
             failed.append(name)
@@ -228,6 +108,7 @@ def run_benchmarks(names: list[str], quick: bool, out: Path, huge: bool = False)
             name, result, quick, time.perf_counter() - t0, huge and name == "scale"))
         write_results(out, entries)  # after each: a crash keeps what was measured
     return failed
+
 
 if __name__ == "__main__":
     enable_opendp()  # OpenDP's contrib features, once, at the command's entry

@@ -148,8 +148,3 @@ def parse_epsilons(text: str) -> list[float]:
 def label(epsilon: float) -> float | str:
     """How an epsilon is reported: ``"inf"`` for INF."""
     return "inf" if epsilon == INF else epsilon
-
-
-def fmt(x: float | None) -> str:
-    """An AUC or gap to three places; "-" where it is undefined (one class only)."""
-    return "-" if x is None else f"{x:.3f}"

@@ -26,6 +26,7 @@ import polars as pl
 
 import selpe_audit
 from benchmarks import command
+from benchmarks.suite import Benchmark
 from selpe_audit.cli.main import main as cli
 from selpe_audit.schema import demo_schema_path
 
@@ -100,6 +101,9 @@ def run(repeats: int = 5, quick: bool = False) -> dict[str, Any]:
                f"medians): at most {worst:.3f}x the command's time (target 1.05).")
     return {"repeats": repeats, "n": n, "release_s": release_s, "decode_s": decode_s,
             "worst_ratio": worst, "table": table, "summary": summary}
+
+
+BENCHMARK = Benchmark("api", lambda quick: run(quick=quick))
 
 
 def main() -> None:

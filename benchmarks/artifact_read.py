@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from benchmarks import command
+from benchmarks.suite import Benchmark
 from release.config_file import load_config
 from release.pipeline import run_release
 from selpe_audit.artifact.document import (
@@ -75,6 +76,9 @@ def run(repeats: int = 200, quick: bool = False) -> dict[str, Any]:
                f"validation; the whole read {med['whole read (verify, check, records, view)']:.1f}"
                " ms.")
     return {"repeats": repeats, "bytes": size, "ms": med, "table": table, "summary": summary}
+
+
+BENCHMARK = Benchmark("artifact_read", lambda quick: run(quick=quick))
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from audits import mechanism, release_audit
+from benchmarks.suite import Benchmark, Result, fmt, markdown_table
 from release.dp import enable as enable_opendp
 from selpe_audit.schema import demo_schema_path, load_schema
 
@@ -87,6 +88,32 @@ def run(quick: bool = False) -> dict[str, Any]:
     print(table)
     return {"rows": rows, "all_verdicts_right": all(r["verdict_right"] for r in rows),
             "table": table}
+
+
+def _summary(r: Result) -> str:
+    right = "every verdict right" if r.get("all_verdicts_right") else "SOME VERDICTS WRONG"
+    return f"Each mechanism audit at the right and a 2x-off calibration: {right}."
+
+
+def _table(r: Result) -> str:
+    """One row per audit: its right and its 2x-off calibration side by side."""
+    def cell(x: Result) -> str:
+        parts = [f"eps_LB {fmt(x['eps_lb'])}"]
+        if x.get("mu_estimate"):
+            parts.append(f"mu {fmt(x['mu_estimate'])} ({fmt(x['mu_claimed'])})")
+        if x.get("counts_epsilon_lower") is not None:
+            parts.append(f"counts eps lower {fmt(x['counts_epsilon_lower'])}")
+        verdict = "pass" if x["passed"] else "FLAGGED"
+        return f"{', '.join(parts)}: {verdict}{'' if x['verdict_right'] else ' (WRONG)'}"
+    by = {(x["audit"], x["calibration"]): x for x in r["rows"]}
+    audits = list(dict.fromkeys(x["audit"] for x in r["rows"]))
+    return markdown_table(("audit", "claimed eps", "right calibration", "2x-off calibration"),
+                          [(a, f"{by[(a, 'right')]['claimed_epsilon']:g}",
+                            cell(by[(a, "right")]), cell(by[(a, "2x")])) for a in audits])
+
+
+# its own table is a row per calibration: the page pairs them
+BENCHMARK = Benchmark("audits", run, table=_table, summary=_summary)
 
 
 def main() -> None:

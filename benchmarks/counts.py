@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from benchmarks.suite import Benchmark, Result, fmt, markdown_table
 from release.config_sections import DEFAULT_EPSILON, CountsConfig
 from release.counts.keys import derive_frame
 from release.counts.marginals import plan_queries
@@ -117,6 +118,24 @@ def run(rows: int = 1_000_000, repeats: int = 7) -> dict[str, Any]:
             "queries_ratio": (opendp_s - handoff_s) / polars_s,
             "polars_peak_mib": results["polars"]["peak_mib"],
             "opendp_peak_mib": results["opendp"]["peak_mib"], "target_ratio": 3.0}
+
+
+def _table(r: Result) -> str:
+    return markdown_table(("rows", "polars (s)", "OpenDP (s)", "handoff / queries (s)", "ratio",
+                           "peak MiB polars / OpenDP"),
+                          [(f"{r['rows']:,}", fmt(r["polars_s"], 2), fmt(r["opendp_s"], 2),
+                            f"{r['opendp_handoff_s']:.2f} / {r['opendp_queries_s']:.2f}",
+                            f"{r['time_ratio']:.1f}x",
+                            f"{r['polars_peak_mib']:.0f} / {r['opendp_peak_mib']:.0f}")])
+
+
+def _summary(r: Result) -> str:
+    return (f"OpenDP counts take {r['time_ratio']:.1f}x plain polars on {r['rows']:,} rows "
+            f"(queries alone {r['queries_ratio']:.1f}x; target {r['target_ratio']:g}x).")
+
+
+BENCHMARK = Benchmark("counts", lambda quick: run(20_000, 1) if quick else run(1_000_000, 7),
+                      table=_table, summary=_summary)
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
-"""The counts-modes benchmark's targets, one-line summary and Markdown table
+"""The counts-modes benchmark's targets, one-line summary, Markdown table and plots
 (`benchmarks.counts_modes` measures; this module only reads its result)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.adult import INF, fmt, label
+from benchmarks.adult import INF, label
+from benchmarks.suite import Plot, fmt
+from benchmarks.svg import bar_chart, line_chart
 
 TARGETS = {"adult_eps2_gap_gb_standard": 0.015, "adult_eps2_gap_lr_standard": 0.012,
            "cortec_gap_eps2": 0.02, "demo_eps2_lr_gap": 0.10, "demo_dropped_releases": 0,
@@ -135,3 +137,43 @@ def demo_line(mode: str, d: dict[str, Any]) -> str:
             f"{fmt(d['tfidf_logreg']['synthetic_mean'])}/{fmt(d['tfidf_logreg']['real_sample'])}"
             f", LR one-hot {fmt(d['onehot_logreg']['synthetic_mean'])}/"
             f"{fmt(d['onehot_logreg']['real_sample'])}")
+
+
+def plots(r: dict[str, Any]) -> list[Plot]:
+    """The TSTR gap against epsilon per mode (two evaluators) and the 1-way TVD per field."""
+    a = r.get("adult", {})
+    runs = [x for x in a.get("runs", []) if "models" in x]
+    if not runs:
+        return []
+    eps = a["epsilons"]
+    modes = [m for m in a["modes"] if any(x["mode"] == m for x in runs)]
+    at = {(x["mode"], x["epsilon"]): x for x in runs}
+    out = []
+    for name, (lr, gb), ref in (
+            ("standard", ("onehot_logreg", "hgb_native"),
+             (r["targets"]["adult_eps2_gap_gb_standard"], "GB target at eps 2")),
+            ("today", ("tfidf_logreg", "hgb_embeddings"),
+             (r["targets"]["cortec_gap_eps2"], "CoRTeC at eps 2"))):
+        series, color_of = {}, {}
+        for i, m in enumerate(modes):
+            for short, model in (("LR", lr), ("GB", gb)):
+                series[f"{m} {short}"] = [at[m, e]["models"][model]["gap"]
+                                          if (m, e) in at else None for e in eps]
+                color_of[f"{m} {short}"] = i
+        out.append((f"gap-{name}", f"Adult TSTR gap vs epsilon per mode, {name} evaluator",
+                    line_chart(f"Adult TSTR gap per counts mode ({name} evaluator)",
+                               [_eps(e) for e in eps], series, "gap (real - synthetic AUC)",
+                               reference=ref, width=640, color_of=color_of,
+                               dashed=[k for k in series if k.endswith(" GB")])))
+    e2 = 2.0 if any(x["epsilon"] == 2.0 for x in runs) else runs[0]["epsilon"]
+    fields = list(next(x for x in runs if x["epsilon"] == e2)["tvd_per_field"])
+    series = {m: [at[m, e2]["tvd_per_field"].get(f) if (m, e2) in at else None
+                  for f in fields] for m in modes}
+    out.append(("tvd", f"1-way TVD per field at epsilon {_eps(e2)}",
+                bar_chart(f"Adult, 1-way TVD per field at epsilon {_eps(e2)}", fields,
+                          series, "TVD to the training rows")))
+    return out
+
+
+def _eps(x: Any) -> str:
+    return x if isinstance(x, str) else f"{x:g}"

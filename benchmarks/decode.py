@@ -43,6 +43,7 @@ import polars as pl
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.suite import Benchmark, Result, fmt, markdown_table
 from decode.fidelity import released_tvd
 from decode.pipeline import DecodeSettings, make_decoder, plan, select
 from decode.released import Released, released_view
@@ -213,6 +214,43 @@ def _print(r: dict[str, Any]) -> None:
     for v in VARIANTS:
         print(f"  {v:<18}" + "".join(f"{_fmt(r[n]['fidelity'][v]['tvd_histograms'], '.4f'):>12}"
                                      for n in names))
+
+
+def _table(r: Result) -> str:
+    steps = ("none", "select_top", "fit", "select_top+fit")
+    rows = []
+    for dec in ("marginals", "model", "llm", "llm-whole-records"):
+        d = r.get(dec)
+        if d:
+            rate = d["records_per_s"]
+            share = d.get("distinct_text_share")
+            rows.append((dec, f"{rate:,.0f}" if rate >= 100 else f"{rate:.2f}",
+                         f"{d['validity']:.0%}", "-" if share is None else f"{share:.0%}",
+                         *(fmt(d["fidelity"][s]["tvd_histograms"]) for s in steps)))
+    return markdown_table(("decoder", "records/s", "valid", "distinct texts",
+                           *(f"TVD hist. {s}" for s in steps)), rows)
+
+
+def _summary(r: Result) -> str:
+    m, llm = r["marginals"], r["llm"]
+
+    def fit(d: Result) -> str:
+        f = d["fidelity"]
+        return f"{f['none']['tvd_histograms']:.3f} -> {f['fit']['tvd_histograms']:.3f}"
+
+    rep = r.get("speedup_repeats")
+    pairs = (f"; median of {len(rep['ratios'])} more pairs {rep['median']:.2f}x"
+             if rep else "")
+    speed = (f" (hybrid: fields from the model, LLM text only: {r['hybrid_speedup']:.2f}x the "
+             f"whole-record decoder's {r['llm-whole-records']['records_per_s']:.2f}{pairs})"
+             if "hybrid_speedup" in r else "")
+    return (f"{r['n']} rows: marginals decoder {m['records_per_s']:,.0f} records/s, LLM "
+            f"{llm['records_per_s']:.2f} records/s{speed}; the fit takes histogram TVD "
+            f"{fit(m)} (marginals), {fit(llm)} (LLM).")
+
+
+BENCHMARK = Benchmark("decode", lambda quick: run(quick=quick),  # LLM: 400 candidates (4 quick)
+                      table=_table, summary=_summary)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

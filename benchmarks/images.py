@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.suite import Benchmark
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,6 +167,9 @@ def summary(r: dict[str, Any]) -> str:
             f"{inside['model']:,.0f} records/s, LLM {inside['llm']:.2f} records/s inside "
             f"({inside['model'] / here['model']:.2f}x and {inside['llm'] / here['llm']:.2f}x "
             "the venv's).")
+
+
+BENCHMARK = Benchmark("images", run)
 
 
 def main() -> int:

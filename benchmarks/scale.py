@@ -41,6 +41,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.counts_modes import ROOT, demo_config, demo_rows, demo_settings, release_child
+from benchmarks.suite import Benchmark, Plot, Result
+from benchmarks.svg import line_chart
 from release.installation import DEFAULT_MAX_EPSILON
 
 FULL_SIZES = (10_000, 100_000, 1_000_000)
@@ -250,6 +252,23 @@ def summary(r: dict[str, Any]) -> str:
                      "private "
                      f"features {1000 * (d['features_s'] or 0) / d['n']:.2f} ms/row")
     return "; ".join(parts) + "."
+
+
+def _plots(r: Result) -> list[Plot]:
+    rows = r["rows"]
+    series = {"plain read": [x["plain_read"]["seconds"] for x in rows],
+              "read+check": [x["release"]["read_check_s"] for x in rows],
+              "counts": [x["release"]["counts_s"] for x in rows],
+              "release": [x["release"]["seconds"] for x in rows],
+              "decode (model)": [x.get("decode", {}).get("seconds") for x in rows]}
+    logged = {k: [math.log10(v) if v else None for v in vs] for k, vs in series.items()}
+    svg = line_chart("Seconds against rows (log-log)", [f"1e{round(math.log10(x['n']))}"
+                                                          for x in rows],
+                     logged, "log10 seconds", width=640)
+    return [("seconds", "Seconds per stage against N, log-log", svg)]
+
+
+BENCHMARK = Benchmark("scale", run, plots=_plots)  # run(quick, huge=True): 10^7 rows too
 
 
 def main(argv: Sequence[str] | None = None) -> int:

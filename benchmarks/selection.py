@@ -25,6 +25,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.suite import Benchmark, Result, fmt, markdown_table
 from release.dp import enable as enable_opendp
 from release.dp.noisy_max import make_calibrated_noisy_max
 from release.private_data import read_private_rows
@@ -108,6 +109,28 @@ def run(b: int = 10, m: int = 10_000, quick: bool = False) -> dict[str, Any]:
     s = result["signal_mean_distance"]
     result["winners_at_inf_beat_random"] = s["inf"] < s["random"]
     return result
+
+
+def _table(r: Result) -> str:
+    c = r["cost"]
+    return markdown_table(("batches", "candidates", "utilities (s)", "noisy max (s)",
+                           "round (s)", "featurize all candidates (s, est.)"),
+                          [(c["batches"], f"{c['candidates']:,}", fmt(c["utilities_s"]),
+                            fmt(c["noisy_max_s"]), fmt(c["round_s"]),
+                            f"{c['featurize_m_candidates_s_est']:.0f}")])
+
+
+def _summary(r: Result) -> str:
+    beat = "beat" if r.get("winners_at_inf_beat_random") else "do not beat"
+    distances = ", ".join(f"{k if k == 'random' else f'eps {k}'} {fmt(v)}"
+                          for k, v in r["signal_mean_distance"].items())
+    return (f"One selection round over {r['cost']['candidates']:,} candidates takes "
+            f"{r['cost']['round_s']:.2f} s; winners at eps = inf {beat} random candidates "
+            f"(winners' mean distance to the private rows: {distances}).")
+
+
+BENCHMARK = Benchmark("selection", lambda quick: run(10, 500 if quick else 10_000, quick),
+                      table=_table, summary=_summary)
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from rich.console import Console
 
 from benchmarks.decode import build_artifact
+from benchmarks.suite import Benchmark
 from decode.cluster import run_on_ray
 from decode.pipeline import DecodeSettings, run_decode
 
@@ -107,6 +108,9 @@ def table(r: dict[str, Any]) -> str:
                     f"{ray['candidates_per_s']:.3g} | {d['speedup']:.2f}x | "
                     f"{ray['merge_seconds']:.3f} |")
     return "\n".join(rows)
+
+
+BENCHMARK = Benchmark("shards", run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

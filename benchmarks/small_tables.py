@@ -42,6 +42,7 @@ from typing import Any
 
 from benchmarks import command
 from benchmarks.common import RunCache, aggregate, cell, decode, record_gaps, release
+from benchmarks.suite import Benchmark
 from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -250,6 +251,11 @@ def plots(result: dict[str, Any]) -> list[tuple[str, str, str]]:
                      [f"{n:,}" for n in sizes], series, "gap (real minus synthetic AUC)",
                      color_of=color, dashed=dashed)
     return [("gap", "TSTR gap against n, ours and the peers", svg)]
+
+
+BENCHMARK = Benchmark("small_tables",
+                      lambda quick: run(quick, runs=RunCache.from_env("small_tables", KEYS)),
+                      plots=plots)
 
 
 def main() -> None:

@@ -71,6 +71,8 @@ from audits.io import load_embedder, read_records, read_records_lenient
 from audits.mia import MiaConfig, run_mia
 from audits.utility import run_utility
 from benchmarks.local_decode import Candidates, LocalDecode
+from benchmarks.suite import Benchmark, Plot, Result, fmt
+from benchmarks.svg import line_chart
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from decode.writers import write_records
@@ -339,6 +341,33 @@ def table(main: Sequence[dict[str, Any]], abl: Sequence[dict[str, Any]]) -> str:
     for r in [*main, *({**a, "config": f"ablation: {a['config']}"} for a in abl)]:
         lines.append("| " + " | ".join(_cells(r)) + " |")
     return "\n".join(lines)
+
+
+def _summary(r: Result) -> str:
+    by = {x["epsilon"]: x for x in r["main"]}
+    x = by.get(2.0) or r["main"][0]
+    u = x["utility"]["tfidf_logreg"]
+    return (f"Default pipeline at eps {x['epsilon']}: TSTR LR {fmt(u['synthetic'])} vs real "
+            f"{fmt(u['real_sample'])}, 1-way TVD {fmt(x['tvd_1way'])}, MIA AUC "
+            f"{fmt(x['mia']['kernel']['roc_auc'])}.")
+
+
+def _plots(r: Result) -> list[Plot]:
+    xs = [x["epsilon"] if isinstance(x["epsilon"], str) else f"{x['epsilon']:g}"
+          for x in r["main"]]
+    svg = line_chart("Triage demo, default pipeline: TSTR AUC vs epsilon", xs, {
+        "LR synthetic": [x["utility"]["tfidf_logreg"]["synthetic"] for x in r["main"]],
+        "LR real sample": [x["utility"]["tfidf_logreg"]["real_sample"] for x in r["main"]],
+        "GB synthetic": [x["utility"]["hgb_embeddings"]["synthetic"] for x in r["main"]],
+        "GB real sample": [x["utility"]["hgb_embeddings"]["real_sample"] for x in r["main"]],
+        "1-way TVD": [x["tvd_1way"] for x in r["main"]]}, "AUC / TVD",
+        color_of={"LR synthetic": 0, "LR real sample": 0, "GB synthetic": 1,
+                  "GB real sample": 1, "1-way TVD": 2},
+        dashed=["LR real sample", "GB real sample"])
+    return [("auc", "TSTR AUC and TVD vs epsilon", svg)]
+
+
+BENCHMARK = Benchmark("triage", run, summary=_summary, plots=_plots)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from benchmarks.report import write_page
 from benchmarks.svg import bar_chart, line_chart, nice_ticks
 
@@ -38,12 +40,12 @@ def test_a_failed_rerun_keeps_the_last_numbers(tmp_path, monkeypatch):
     """A benchmark that raises on a rerun leaves its last measurement in RESULTS.json and on
     the page, the failure beside it; one that never had numbers shows the failure alone."""
     import benchmarks.__main__ as runner
+    from benchmarks.suite import Benchmark
 
     def boom(quick: bool) -> dict:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(runner, "BENCHMARKS", {"plain": ("python -m benchmarks.plain", boom),
-                                               "fresh": ("python -m benchmarks.fresh", boom)})
+    monkeypatch.setattr(runner, "benchmark", lambda name: Benchmark(name, boom))
     out = tmp_path / "RESULTS.md"
     out.with_suffix(".json").write_text(json.dumps({"plain": _entry(
         {"table": "| a | b |\n|---|---|\n| 1 | 2 |", "summary": "the last good run"})}))
@@ -61,7 +63,7 @@ def test_page_has_tables_and_plots_but_no_json(tmp_path):
     entries = {"counts_modes": _entry(_counts_modes_result()),
                "broken": _entry({"error": "RuntimeError: boom"}),
                "plain": _entry({"x": 1})}
-    write_page(tmp_path / "RESULTS.md", entries, ["counts_modes", "plain"])
+    write_page(tmp_path / "RESULTS.md", entries)
     text = (tmp_path / "RESULTS.md").read_text()
     assert "```" not in text and "one line" in text and "| a | b |" in text
     assert "**Failed:** RuntimeError: boom" in text
@@ -90,13 +92,26 @@ def test_render_the_stored_results_is_short(tmp_path):
     section = text.split("## ")[1:]
     assert all("|---|" in s or "**Failed:**" in s for s in section)  # a table in each
     # a retired study keeps its numbers on the page, after the live ones, saying so
-    from benchmarks.__main__ import BENCHMARKS
+    from benchmarks.suite import STUDIES
 
     retired = [n for n, e in names.items() if "retired" in e]
-    assert retired and not set(retired) & set(BENCHMARKS)
+    assert retired and not set(retired) & set(STUDIES)
     for name in retired:
         part = text.split(f"## {name}\n")[1].split("\n## ")[0]
         assert "**Retired** " in part and "|---|" in part
+
+
+def test_every_study_is_one_record_in_the_registry():
+    """Each registered study's module exports its `Benchmark`, named as registered, and the
+    command on the page reruns it alone."""
+    from benchmarks.suite import STUDIES, benchmark
+
+    for name in STUDIES:
+        b = benchmark(name)
+        assert b.name == name and callable(b.run), name
+        assert b.command == f"python -m benchmarks.{name}"
+    with pytest.raises(KeyError, match="choose from"):
+        benchmark("budget_parts")  # retired: its numbers only
 
 
 def test_svg_charts_escape_and_parse():
