@@ -128,7 +128,8 @@ def _mechanism_audits(args: argparse.Namespace, kind: str, schema: Schema,
     return out
 
 
-def audit_mechanism(kind: str = "all", *, unit: str = "both", counts_mode: str = "fixed",
+def audit_mechanism(kind: str = "all", *, unit: str = "both",  # noqa: PLR0913 (the flags)
+                    counts_mode: str = "fixed",
                     runs: int | None = None, calibration_runs: int | None = None,
                     epsilon: float = 1.0, delta: float = mechanism.DEFAULT_DELTA,
                     calibrate_to: float | None = None, confidence: float | None = None,

@@ -368,7 +368,8 @@ class Report:
         return _summary_html(self.doc)
 
 
-def audit_report(synthetic: Any, real_train: Any, real_test: Any, schema: str | Path, *,
+def audit_report(synthetic: Any, real_train: Any, real_test: Any,  # noqa: PLR0913 (the flags)
+                 schema: str | Path, *,
                  artifact: str | Path | None = None, trust: Iterable[str | Path] = (),
                  seed: int = 0, max_targets: int = 2000, sdmetrics: bool = True,
                  embedder: str | None = None, invalid_rows: InvalidPolicy = "fail",

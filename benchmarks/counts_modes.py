@@ -1,11 +1,11 @@
 """Counts modes side by side: marginals, fixed, aim and mst on Adult and on the demo.
 
     python -m benchmarks.counts_modes [--quick] [--modes marginals,fixed,aim,mst]
-                                      [--epsilons 1,2,4,inf] [--parts adult,demo,stages]
+                                      [--epsilons 1,2,4,inf] [--parts adult,demo]
                                       [--json FILE]
 
 Every release here is counts-only (the whole budget on the counts, row unit on Adult, the
-demo's person unit on the demo). The Adult and stage releases each run in a child process
+demo's person unit on the demo). The Adult releases each run in a child process
 of their own, which reports the release's wall time (``run_release`` only, not the
 interpreter start) and its peak resident memory (``getrusage`` of the child: imports
 included, so the floor is the ~0.25 GiB of OpenDP, polars and jax).
@@ -26,17 +26,14 @@ included, so the floor is the ~0.25 GiB of OpenDP, polars and jax).
   would take hours over 20 releases), ``releases`` counts-only releases
   at epsilon 2 (fresh noise each), 400 rows decoded from each, TSTR AUC of both logistic
   regressions, and the number of releases in which some class got no decoded row.
-- Stages: one counts-only release of 1,000,000 fictional demo rows in the default counts
-  mode without topic anchors, each stage's wall time read from the release's enclave log
-  (read and validate, counts; selection does not run in a counts-only release). Topic
-  assignment embeds each distinct private text alone, so it is timed apart: the counts
-  stage of 1,000 rows with and without topics.
+
+The release stages' times, once a third part here, are `benchmarks.scale`'s.
 
 "inf" is a release at epsilon = 1e6 in mode "marginals" and 1000 in the zCDP modes (OpenDP
 has no epsilon = infinity, and its zCDP conversion overflows at 1e6). ``--quick`` (the CI
 smoke run): Adult's 2,000 / 1,000 head split at epsilon 2 in modes marginals and fixed (aim
 and mst take a minute or more even there), one demo release of 120 members in modes
-marginals and fixed, 5,000 rows for the stages (no topics probe).
+marginals and fixed.
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -72,7 +68,7 @@ from benchmarks.counts_modes_report import (
 from benchmarks.suite import Benchmark
 from release.dp import enable as enable_opendp
 from selpe_audit import ALLOCATOR_ENV
-from selpe_audit.artifact.counts_modes import DEFAULT_COUNTS_MODE, counts_modes
+from selpe_audit.artifact.counts_modes import counts_modes
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(__file__).parent / ".cache" / "demo"
@@ -91,39 +87,20 @@ class Sizes:
     aim_rounds: int | None       # None: the release's default bound
     demo_members: int            # rows of the bundled sample used (400 = all)
     demo_releases: int
-    stage_rows: int
-    topic_rows: int              # rows of the release timed with and without topics (0: skip)
 
 
 FULL = Sizes(False, (1.0, 2.0, 4.0, INF), MODES, ("marginals", "fixed"), (2.0,), None, 400,
-             20, 1_000_000, 1_000)
+             20)
 # no aim or mst in the smoke run (minutes a release on Adult or the demo's full model): every
 # registered model mode is released by tests/test_counts_modes.py and audited by the audits
-QUICK = Sizes(True, (2.0,), ("marginals", "fixed"), ("marginals", "fixed"), (2.0,), 2, 120, 1,
-              5_000, 0)
+QUICK = Sizes(True, (2.0,), ("marginals", "fixed"), ("marginals", "fixed"), (2.0,), 2, 120, 1)
 SLOW_MODES = ("aim", "mst")
 
 
 # ----- one release in a child process ------------------------------------------------------
 
-_STAGES = {"read_validate_s": r"read, checked and charged the rows' people in ([\d.]+) s",
-           "counts_s": r"counts \([\w-]+\) in ([\d.]+) s",
-           "selection_s": r"selection \([\w-]+\) in ([\d.]+) s",
-           "total_s": r"wrote and signed the artifact ([\d.]+) s after"}
-
-
-def stage_times(log_text: str) -> dict[str, float | None]:
-    """Each stage's wall time from the release's enclave log (None: that stage did not run
-    or the log does not say)."""
-    out: dict[str, float | None] = {}
-    for key, pattern in _STAGES.items():
-        found = re.findall(pattern, log_text)
-        out[key] = float(found[-1]) if found else None
-    return out
-
-
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
-    """In the child: one release; its wall time, this process's peak RSS, stage times."""
+    """In the child: one release; its wall time and this process's peak RSS."""
     from release.config_file import load_config
     from release.installation import Installation
     from release.pipeline import run_release
@@ -133,12 +110,10 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     doc = run_release(cfg, installation=Installation.for_experiments("benchmark")).doc
     seconds = time.perf_counter() - t0
-    log = Path(cfg.enclave_log)
     counts = doc.get("counts") or {}
     return {"seconds": round(seconds, 2),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "rss_after_imports_mib": round(rss_before, 1),
-            "stages": stage_times(log.read_text() if log.exists() else ""),
             "mode": counts.get("mode", "marginals")}
 
 
@@ -396,44 +371,12 @@ def demo_rows(n: int) -> Path:
     return path
 
 
-def stages(sizes: Sizes, folder: Path, key: Path) -> dict[str, Any]:
-    """One counts-only release of ``stage_rows`` demo rows in the default counts mode without
-    topics, then one of ``topic_rows`` rows with them: the topic assignment embeds each
-    distinct private text alone, which dominates the counts stage on many rows."""
-    import polars as pl
-
-    t0 = time.perf_counter()
-    data = demo_rows(sizes.stage_rows)
-    generated = time.perf_counter() - t0
-    pool = public_pool(folder)
-    settings = demo_settings(data, folder, key, DEFAULT_COUNTS_MODE,
-                             f"stages-{sizes.stage_rows}", pool)
-    rel = release_child({**settings, "topics": 0}, demo_config())
-    out = {"rows": sizes.stage_rows, "counts_mode": rel["mode"], "topics": 0,
-           "release": "counts only (selection does not run: no selection stage time)",
-           "data_generation_s": round(generated, 1), **rel["stages"],
-           "seconds": rel["seconds"], "peak_rss_mib": rel["peak_rss_mib"]}
-    if not sizes.topic_rows:
-        return out
-    small = folder / f"demo-{sizes.topic_rows}.csv"
-    pl.read_csv(data, infer_schema=False).head(sizes.topic_rows).write_csv(small)
-    texts = pl.read_csv(small, infer_schema=False)["chief_complaint"].n_unique()
-    probe = {}
-    for topics in (0, None):  # None: the release's default number of topic anchors
-        tag = f"topics-{sizes.topic_rows}-{'off' if topics == 0 else 'on'}"
-        extra = {} if topics is None else {"topics": 0}
-        r = release_child({**demo_settings(small, folder, key, DEFAULT_COUNTS_MODE, tag, pool),
-                           **extra}, demo_config())
-        probe["off" if topics == 0 else "on"] = r["stages"]["counts_s"]
-    out["topics_probe"] = {"rows": sizes.topic_rows, "distinct_texts": texts,
-                           "counts_s_without_topics": probe["off"],
-                           "counts_s_with_topics": probe["on"]}
-    return out
-
-
 # ----- the run -------------------------------------------------------------------------------
 
-PARTS = ("adult", "demo", "stages")
+#: the release stages' times, once a part here, are benchmarks.scale's (stage by stage, 10^4
+#: to 10^6 rows, the default path's phrases and topic codes at 20,000): the last numbers of
+#: the part stay in this benchmark's RESULTS.json entry
+PARTS = ("adult", "demo")
 
 
 def run(quick: bool = False, modes: Sequence[str] | None = None,
@@ -453,15 +396,14 @@ def run(quick: bool = False, modes: Sequence[str] | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         key, trust, _ = generate_keypair(folder / "release.pem")
-        for part, fn in (("adult", adult), ("demo", demo), ("stages", stages)):
+        for part, fn in (("adult", adult), ("demo", demo)):
             if part not in parts:
                 continue
             sub = folder / part
             sub.mkdir()
             t1 = time.perf_counter()
             try:
-                result[part] = fn(sizes, sub, key, trust) if part != "stages" \
-                    else fn(sizes, sub, key)
+                result[part] = fn(sizes, sub, key, trust)
             except Exception as e:  # keep the other parts
                 result[part] = {"error": f"{type(e).__name__}: {e}"}
             result[part]["seconds"] = round(time.perf_counter() - t1, 1)

@@ -55,15 +55,11 @@ def summary(result: dict[str, Any]) -> str:
         parts.append("demo eps 2 LR gap / releases with a dropped class: " + ", ".join(
             f"{m} {fmt(d[m]['tfidf_logreg']['gap_mean'])} / "
             f"{d[m]['releases_with_a_dropped_class']} of {d[m]['releases']}" for m in ok))
-    s = result.get("stages", {})
-    if "counts_s" in s:
-        parts.append(f"{s['rows']:,} demo rows: read+validate {s['read_validate_s']} s, counts "
-                     f"{s['counts_s']} s ({s['counts_mode']}, counts only, no topics)")
     return "; ".join(parts)
 
 
 def table(result: dict[str, Any]) -> str:
-    """Markdown: Adult gaps per mode and epsilon, cost at epsilon 2, demo, stages."""
+    """Markdown: Adult gaps per mode and epsilon, cost at epsilon 2, demo."""
     out: list[str] = []
     a = result.get("adult", {})
     if "runs" in a:
@@ -109,8 +105,7 @@ def table(result: dict[str, Any]) -> str:
             out.append(f"| {mode} | {v['releases']} | {fmt(t['synthetic_mean'])} / "
                        f"{fmt(t['real_sample'])} | {fmt(o['synthetic_mean'])} / "
                        f"{fmt(o['real_sample'])} | {v['releases_with_a_dropped_class']} |")
-    # the release stages (result["stages"]) are on the page under scale, measured anew
-    errors = [f"{p}: {result[p]['error']}" for p in ("adult", "demo", "stages")
+    errors = [f"{p}: {result[p]['error']}" for p in ("adult", "demo")
               if isinstance(result.get(p), dict) and "error" in result[p]]
     out += [""] + [f"- error in {e}" for e in errors] if errors else []
     return "\n".join(out)

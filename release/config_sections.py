@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from release.ledger import DEFAULT_LIFETIME_DELTA, DEFAULT_LIFETIME_EPSILON, ledger_folder
-from release.phrases import term_kind
+from release.phrases import Terms, term_kind
 from selpe_audit.artifact.counts_modes import DEFAULT_COUNTS_MODE, counts_modes, describe_counts
 from selpe_audit.artifact.modes import ModeDescriptor, describe, mode_names, modes, or_list
 from selpe_audit.errors import UserError
@@ -249,13 +249,13 @@ class CountsConfig:
             if self.rates else 0.0
         return gamma, alpha
 
-    def terms(self, f: Field) -> tuple[str, int, int]:
+    def terms(self, f: Field) -> Terms:
         """A free-text field's DP vocabulary: its kind (by the schema's maxLength), the terms
         one unit counts for, and its topic columns (slots)."""
         kind = term_kind(f.max_length)
         if kind == "phrases":
-            return kind, self.phrases_per_unit, 1
-        return kind, self.keywords_per_unit, self.keyword_slots
+            return Terms(kind, self.phrases_per_unit, 1)
+        return Terms(kind, self.keywords_per_unit, self.keyword_slots)
 
     @property
     def is_model(self) -> bool:

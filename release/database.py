@@ -22,12 +22,11 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import polars as pl
 
-from selpe_audit.artifact.records import Source, json_form
+from selpe_audit.artifact.records import Source
 from selpe_audit.errors import UserError
 
 SCHEMES = ("postgresql", "postgres")
@@ -111,13 +110,13 @@ class DatabaseSource:
         parts = urlsplit(self.url)
         return urlunsplit(parts._replace(query=""))
 
-    def public_description(self, key: bytes) -> dict[str, Any]:
+    def public_description(self, key: bytes) -> Source:
         """What the artifact may say about the source: its kind and the query's HMAC under
         ``key`` (an enclave secret), which the enclave can recompute and nobody can invert."""
         if len(key) < 16:
             raise ValueError("the query's HMAC needs an enclave secret of at least 16 bytes")
         mac = hmac.new(key, _QUERY_DOMAIN + self.sql.encode("utf-8"), hashlib.sha256)
-        return json_form(Source("postgresql", query_hmac_sha256=mac.hexdigest()))
+        return Source("postgresql", query_hmac_sha256=mac.hexdigest())
 
 
 def _explain(e: Exception) -> str:

@@ -33,7 +33,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -108,6 +108,19 @@ def read_denylist(path: Path) -> tuple[frozenset[str], str]:
     lines = data.decode("utf-8", "replace").splitlines()
     terms_ = frozenset(normalise(x) for x in lines if x.strip() and not x.lstrip().startswith("#"))
     return terms_, hashlib.sha256(data).hexdigest()
+
+
+class Terms(NamedTuple):
+    """A free-text field's DP vocabulary settings: its kind (`term_kind`), the terms one unit
+    counts for, and its topic columns (keywords only: a phrase is one column)."""
+
+    kind: str = "phrases"
+    per_unit: int = 1
+    slots: int = 1
+
+
+#: the default: one phrase per unit, one topic column
+ONE_PHRASE = Terms()
 
 
 def term_kind(max_length: int | None) -> str:
@@ -209,11 +222,11 @@ class PhraseVocabulary:
 
 def release_phrases(field: str, priv_texts: pl.Series, unit: PrivacyUnit,
                     unit_ids: pl.Series | None, epsilon: float, delta: float,
-                    per_unit: int = 1, max_phrases: int = 64,
-                    kind: str = "phrases", deny: frozenset[str] = frozenset(),
-                    slots: int = 1) -> PhraseVocabulary:
+                    terms: Terms = ONE_PHRASE, max_phrases: int = 64,
+                    deny: frozenset[str] = frozenset()) -> PhraseVocabulary:
     """The DP vocabulary of one field (see module). ``unit_ids``: each row's person id, of
     any type (person unit), else None (each row its own unit). Private in, public out."""
+    kind, per_unit, slots = terms
     if not epsilon > 0 or not 0 < delta < 1:
         raise ValueError("phrases need epsilon > 0 and 0 < delta < 1")
     if min(per_unit, max_phrases, slots) < 1 or (kind == "phrases" and slots != 1):

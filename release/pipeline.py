@@ -25,7 +25,6 @@ from rich.console import Console
 
 from release import dp
 from release.config import ReleaseConfig
-from release.document import build_document
 from release.dp.spools import remove_spools, sweep_spools
 from release.dp.unit import UNIT_COL, PrivacyUnit
 from release.installation import Installation, load_installation
@@ -33,6 +32,7 @@ from release.ledger import LifetimeLedger
 from release.ledger_people import NO_LINKAGE_TO_LEAVE_OUT
 from release.spent import check_within_budget, ledger_entries, total_spent
 from release.stages.counts import release_counts
+from release.stages.document import build_document
 from release.stages.phrases import code_rows
 from release.stages.prepare import check_writable, load_public_inputs, person_field
 from release.stages.rows import read_and_charge
@@ -108,7 +108,7 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
             priv = private_features(cfg, schema, table.frame, inputs.kernel, person, log)
             del table
             selection = select_exemplars(cfg, schema, priv, inputs.kernel, inputs.source,
-                                         counts.block,
+                                         counts.block.view,
                                          progress_reporter(con, log, status.update))
             del priv
         log.write(f"selection ({cfg.selection.mode}) in "
@@ -116,18 +116,16 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         stages.append(selection)
     spent = total_spent(stages)
     check_within_budget(spent, cfg.budget.epsilon, cfg.release_delta)
-    doc = build_document(cfg, schema, key_id(key.public_key()), ledger_entries(stages),
-                         spent.epsilon, counts.block,
-                         selection.block if selection else None, spent.delta,
-                         selection.mu if selection else None, reservation.lifetime,
+    doc = build_document(cfg, schema, key_id(key.public_key()), ledger_entries(stages), spent,
+                         counts.block, selection, lifetime=reservation.lifetime,
                          source_key=ledger.store.key(), plan=sized.plan)
-    path = write_and_sign(cfg, doc)
+    path, written = write_and_sign(cfg, doc)
     ledger.finish(reservation.id, "released", epsilon=spent.epsilon, delta=spent.delta)
     log.write(f"wrote and signed the artifact {time.perf_counter() - reservation.started:.2f} "
               f"s after the start; epsilon {spent.epsilon:g}, delta {spent.delta:g}")
     con.print(f"wrote and signed {path}; epsilon spent {spent.epsilon:g} of "
               f"{cfg.budget.epsilon:g} (timings and the invalid-row report: {cfg.enclave_log})")
-    return ReleaseResult(path, doc)
+    return ReleaseResult(path, written)
 
 
 @contextmanager

@@ -25,7 +25,7 @@ import polars as pl
 from release.columnar_check import coerce_plain
 from release.database import DatabaseSource, read_frame
 from release.frame_source import FrameSource
-from selpe_audit.artifact.records import Source, json_form
+from selpe_audit.artifact.records import Source
 from selpe_audit.errors import UserError
 from selpe_audit.schema import Field, Schema
 
@@ -85,14 +85,14 @@ def read_private_rows(source: str | Path | DatabaseSource | FrameSource, schema:
 
 
 def source_description(source: str | Path | DatabaseSource | FrameSource,
-                       key: bytes) -> dict[str, Any]:
+                       key: bytes) -> Source:
     """The artifact's ``source`` block: the kind of source, never its location (``key``: the
     enclave secret that keys a query's HMAC)."""
     if isinstance(source, DatabaseSource):
         return source.public_description(key)
     if isinstance(source, FrameSource):
-        return json_form(Source("dataframe"))
-    return json_form(Source("file", FORMATS[Path(source).suffix.lower()]))
+        return Source("dataframe")
+    return Source("file", FORMATS[Path(source).suffix.lower()])
 
 
 def _validate(frame: pl.DataFrame, schema: Schema, invalid: InvalidPolicy,

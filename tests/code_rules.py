@@ -1,6 +1,7 @@
 """The code's shape, read from the source alone (`ast`): modules over `MAX_MODULE` lines,
 private names imported across modules, modules outside `release.dp` that
-import OpenDP or private-pgm. tests/test_code_shape.py holds the rules (no module over 600
+import OpenDP or private-pgm, and the release stages' untyped payloads.
+tests/test_code_shape.py holds the rules (no module over 600
 lines, no private name across modules, OpenDP and mbi behind their adapter); a function's
 size is ruff's to check, by what it does, not its lines (pyproject.toml: C901 complexity
 at most 15 branches, PLR0913 at most 12 arguments; issue 69).
@@ -50,10 +51,26 @@ def _imports(tree: ast.AST, package: str) -> bool:
     return False
 
 
+def _dict_payloads(module: str, tree: ast.AST) -> Iterator[str]:
+    """A stage's untyped payloads: record fields and function parameters annotated
+    ``dict[str, Any]`` (what a stage hands the next should be a record)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and \
+                        ast.unparse(item.annotation) == "dict[str, Any]":
+                    yield f"{module}.{node.name}.{item.target.id}"
+        elif isinstance(node, ast.FunctionDef):
+            for arg in node.args.args + node.args.kwonlyargs:
+                if arg.annotation is not None and \
+                        ast.unparse(arg.annotation) == "dict[str, Any]":
+                    yield f"{module}.{node.name}({arg.arg})"
+
+
 def shape(root: Path) -> dict[str, Any]:
     """The measures of the tree at ``root``."""
     modules = _modules(root)
-    long_modules, private, opendp, pgm = [], [], [], []
+    long_modules, private, opendp, pgm, payloads = [], [], [], [], []
     for module, path in modules.items():
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -65,6 +82,8 @@ def shape(root: Path) -> dict[str, Any]:
         if not module.startswith("release.dp"):
             opendp += [module] if _imports(tree, "opendp") else []
             pgm += [module] if _imports(tree, "mbi") else []
+        if module.startswith("release.stages."):
+            payloads += _dict_payloads(module, tree)
     return {"modules_over_max": sorted(long_modules, reverse=True),
             "private_imports": sorted(private), "opendp_outside_dp": sorted(opendp),
-            "mbi_outside_dp": sorted(pgm)}
+            "mbi_outside_dp": sorted(pgm), "stage_dict_payloads": sorted(payloads)}

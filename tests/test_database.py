@@ -8,6 +8,7 @@ import pytest
 
 from release.database import DatabaseSource, is_database_url, read_frame
 from release.private_data import read_private_rows
+from selpe_audit.artifact.records import json_form
 from selpe_audit.errors import UserError
 from tests.conftest import DEMO_SAMPLE, good_row
 from tests.postgres import READER_PW, load_rows, server
@@ -59,7 +60,7 @@ def test_a_password_in_the_query_string_is_refused_like_one_in_the_userinfo(url)
 def test_public_description_names_no_location():
     src = DatabaseSource("postgresql://reader@db.hospital.example:5432/ehr",
                          query="SELECT * FROM triage WHERE ward = 'ED'")
-    desc = src.public_description(bytes(range(32)))
+    desc = json_form(src.public_description(bytes(range(32))))
     assert set(desc) == {"kind", "query_hmac_sha256"}
     assert desc["kind"] == "postgresql" and len(desc["query_hmac_sha256"]) == 64
     text = str(desc)
@@ -74,11 +75,11 @@ def test_the_query_is_keyed_not_hashed():
     src = DatabaseSource("postgresql://reader@db/ehr",
                          query="SELECT * FROM triage WHERE ward = 'oncology';")
     key = bytes(range(32))
-    mac = src.public_description(key)["query_hmac_sha256"]
+    mac = src.public_description(key).query_hmac_sha256
     for guess in (src.sql, src.query):
         assert mac != hashlib.sha256(str(guess).encode()).hexdigest()
-    assert mac == src.public_description(key)["query_hmac_sha256"]  # the enclave recomputes it
-    assert mac != src.public_description(bytes(32))["query_hmac_sha256"]  # under its own key
+    assert mac == src.public_description(key).query_hmac_sha256  # the enclave recomputes it
+    assert mac != src.public_description(bytes(32)).query_hmac_sha256  # under its own key
     with pytest.raises(ValueError):
         src.public_description(b"")
 
@@ -206,7 +207,7 @@ def test_release_from_the_database_has_the_shape_of_the_csv_release(pg, release_
 
     src = DatabaseSource(pg.url(), table="public.triage_canary")
     key = open_store(tmp_path / "db" / "ledger").key()
-    assert doc_db["source"] == src.public_description(key)
+    assert doc_db["source"] == json_form(src.public_description(key))
     assert doc_db["source"]["query_hmac_sha256"] != hashlib.sha256(src.sql.encode()).hexdigest()
     assert doc_csv["source"] == {"kind": "file", "format": "csv"}
     # nothing about the location, and no private value, in any output

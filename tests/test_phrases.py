@@ -15,7 +15,7 @@ from decode.pipeline import DecodeSettings, run_decode
 from decode.released import released_view
 from release.config_file import load_config
 from release.dp.unit import PrivacyUnit
-from release.phrases import PhraseVocabulary, normalise, release_phrases
+from release.phrases import PhraseVocabulary, Terms, normalise, release_phrases
 from release.pipeline import run_release
 from selpe_audit.artifact.document import read_release
 from selpe_audit.demo.generator import generate_rows
@@ -45,7 +45,7 @@ def test_a_phrase_one_person_holds_in_many_rows_is_never_released():
     texts, ids = _rows(2_000, canary_rows=30)
     for _ in range(5):  # the noise is never seeded: five draws
         v = release_phrases("chief_complaint", pl.Series(texts), PrivacyUnit("pid", 10),
-                            pl.Series(ids), epsilon=1.0, delta=1e-6, per_unit=2)
+                            pl.Series(ids), epsilon=1.0, delta=1e-6, terms=Terms(per_unit=2))
         assert normalise(CANARY) not in v.phrases and CANARY not in str(v.to_json())
         assert set(v.phrases) == {"chest pain", "fever", "cough", "headache"}
         assert v.threshold > 1 and v.scale == pytest.approx(2.0)  # 2 phrases per person
@@ -75,7 +75,7 @@ def test_a_person_counts_once_per_phrase_and_for_at_most_per_unit_phrases():
     ids = [f"p{i // 11}" for i in range(len(texts))]
     for per_unit in (1, 3):
         v = release_phrases("cc", pl.Series(texts), PrivacyUnit("pid", 20), pl.Series(ids),
-                            epsilon=1.0, delta=1e-6, per_unit=per_unit)
+                            epsilon=1.0, delta=1e-6, terms=Terms(per_unit=per_unit))
         assert v.scale == pytest.approx(per_unit) and v.per_unit == per_unit
         counts = dict(zip(v.phrases, v.dp_counts, strict=True))
         assert counts.get("fever", 0) < 240  # people, not rows
@@ -128,9 +128,10 @@ def test_only_a_dp_vocabulary_has_an_other_topic_and_it_is_never_a_text():
     assert topic_text(public, 1, f) == "fever"
 
 
-@pytest.mark.parametrize("kw", [{"epsilon": 0.0}, {"delta": 0.0}, {"per_unit": 0}])
+@pytest.mark.parametrize("kw", [{"epsilon": 0.0}, {"delta": 0.0},
+                                {"terms": Terms(per_unit=0)}])
 def test_bad_settings_are_refused(kw):
-    args = {"epsilon": 1.0, "delta": 1e-6, "per_unit": 1} | kw
+    args = {"epsilon": 1.0, "delta": 1e-6} | kw
     with pytest.raises(ValueError):
         release_phrases("cc", pl.Series(["a"]), PrivacyUnit(), None, **args)
 

@@ -310,7 +310,7 @@ def test_the_default_unit_is_the_person_when_the_schema_names_one(tmp_path, keys
     """No unit in the TOML or on the command line: the schema's x-id makes it the person (a
     row unit would protect a person with m rows only at m times epsilon); "row" stays a
     choice, and a schema without x-id keeps the row."""
-    from release.document import privacy_unit_block
+    from release.stages.document import privacy_unit
     from release.stages.prepare import person_field
 
     base = {"data": DEMO_SAMPLE, "schema": demo_schema_path(), "release_key": keys[0],
@@ -319,16 +319,16 @@ def test_the_default_unit_is_the_person_when_the_schema_names_one(tmp_path, keys
     cfg = load_config(None, base).check(demo_schema)
     assert cfg.privacy_unit.resolved(demo_schema).unit == "person"
     assert person_field(cfg, demo_schema) == "patient_id"
-    block = privacy_unit_block(cfg, demo_schema, False)
-    assert block["unit"] == "person" and block["id_field"] == "patient_id"
-    assert block["max_contributions"] == 1
+    block = privacy_unit(cfg, demo_schema, False)
+    assert block.unit == "person" and block.id_field == "patient_id"
+    assert block.max_contributions == 1
     row = load_config(None, {**base, "unit": "row"}).check(demo_schema)
-    assert privacy_unit_block(row, demo_schema, False)["unit"] == "row"
+    assert privacy_unit(row, demo_schema, False).unit == "row"
     assert person_field(row, demo_schema) is None
     plain = _no_id_schema(demo_schema)
-    assert privacy_unit_block(cfg, plain, False)["unit"] == "row"
+    assert privacy_unit(cfg, plain, False).unit == "row"
     named = load_config(None, {**base, "id_field": "patient_id", "max_contributions": 2})
-    assert privacy_unit_block(named.check(plain), plain, False)["unit"] == "person"
+    assert privacy_unit(named.check(plain), plain, False).unit == "person"
     with pytest.raises(UserError, match="max_contributions applies to unit = 'person'"):
         load_config(None, {**base, "max_contributions": 2}).check(plain)
     # the signed artifact says so: a default release of the demo schema is person-level

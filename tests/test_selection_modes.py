@@ -64,8 +64,11 @@ def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, 
     """The signed scope sentence once called every counts mode pure epsilon-DP; the model
     modes are rho-zCDP, converted to (epsilon, delta)."""
     from release.counts import model as counts_model
-    from release.document import build_document
-    from selpe_audit.artifact.records import LedgerEntry
+    from release.spent import Spent
+    from release.stages.counts import CountsPart
+    from release.stages.document import build_document
+    from release.stages.selection import SelectionPart, SelectionReleased
+    from selpe_audit.artifact.records import LedgerEntry, SelectionAccounting
 
     cfg = _cfg(tmp_path, counts_share=0.5, selection_share=0.5, counts_mode=counts_mode,
                selection_mode="pe-histogram")
@@ -80,9 +83,14 @@ def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, 
                         "sequential", "rho-zCDP", rho=0.004),
             LedgerEntry(counts_model.CONVERSION_ID, "conversion", "c", 0.0, 0.55, 4e-7, "s",
                         "sequential", "(epsilon, delta)-DP from rho-zCDP", rho=0.005)]
-    doc = build_document(cfg, demo_schema, "kid", entries, 1.0, {}, {}, 1e-6, 0.7,
+    accounting = SelectionAccounting("pe-histogram", "zCDP", 0.25, 1e-6, 0.01, 0.7)
+    block = SelectionPart("pe-histogram", {}, 1, 4, 1, 1.0, {}, (0.01,), accounting, {}, {},
+                           (), None)
+    doc = build_document(cfg, demo_schema, "kid", entries, Spent(1.0, 1e-6), CountsPart({}),
+                         SelectionReleased(block, [], Spent(0.25, 1e-6), 0.7),
                          source_key=bytes(32))
-    scope = doc["guarantees"]["selection_gdp"]["scope"]
+    assert doc.to_json()["selection"]["accounting"]["mu"] == 0.7
+    scope = doc.guarantees.selection_gdp.scope
     if counts_mode == "marginals":
         assert "the noisy counts are pure epsilon-DP (epsilon 0.75)" in scope
     else:

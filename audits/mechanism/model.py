@@ -76,15 +76,16 @@ def _no_fit(domain: Any, measurements: Any, potentials: Any = None) -> Any:
 
 def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELTA,
                      unit: str = "row", calibrate_to: float | None = None,
-                     scale_factor: float = 1.0, fields: tuple[str, ...] = MODEL_FIELDS,
-                     n_rows: int = MODEL_ROWS,
-                     max_contributions: int = MODEL_MAX_CONTRIBUTIONS,
-                     seed: int = 0, mode: str = "fixed") -> Neighbours:
+                     scale_factor: float = 1.0, seed: int = 0,
+                     mode: str = "fixed") -> Neighbours:
     """A model counts mode's noisy marginals (see module) on D and D' = D + a canary row or
     person, calibrated by the release to the counts' rho for ``calibrate_to`` (default: the
     claim) at ``delta``. ``scale_factor`` multiplies the noise scale (0.5: a planted
     factor-2 error; the release's calibration runs at rho / scale_factor^2). ``mode``
-    "aim" or "mst": the whole adaptive algorithm per run (`_adaptive`)."""
+    "aim" or "mst": the whole adaptive algorithm per run (`_adaptive`). The columns, D's size
+    and a person's rows are the module's `MODEL_FIELDS`, `MODEL_ROWS` and
+    `MODEL_MAX_CONTRIBUTIONS`."""
+    fields, max_contributions = MODEL_FIELDS, MODEL_MAX_CONTRIBUTIONS
     _check_arguments(schema, unit, mode, scale_factor)
     person = unit == "person"
     counts = CountsConfig(mode=mode, aim_rounds=MODEL_AIM_ROUNDS)
@@ -95,7 +96,7 @@ def model_neighbours(schema: Schema, epsilon: float, delta: float = DEFAULT_DELT
     if missing := set(fields) - {c.field for c in cols[1:]}:
         raise ValueError(f"the model has no column for {', '.join(sorted(missing))}")
 
-    rows, canaries, priv_unit = _rows_and_canary(schema, n_rows, seed, person,
+    rows, canaries, priv_unit = _rows_and_canary(schema, MODEL_ROWS, seed, person,
                                                  max_contributions)
     frames = [derive_frame(data, schema, counts, schema.id_field if person else None)
               .collect().lazy() for data in (rows, [*rows, *canaries])]

@@ -7,7 +7,8 @@
 - `phrases`: the DP phrase vocabularies the plan runs, and the rows coded for the counts;
 - `counts`: the noisy counts in the configured mode;
 - `selection`: the DP selection of exemplars, when the budget gives it a share;
-- `sign`: the artifact document (`release.document`) written, signed and reviewed.
+- `document`: the artifact's document, built as records from what the stages released;
+- `sign`: the document written as JSON, signed and reviewed.
 
 Each stage that runs a mechanism returns one record of what it released, with its ledger
 entries and its `release.spent.Spent`.

@@ -4,6 +4,7 @@ on what the row count and the phrase vocabularies left of the counts' budget."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from release.config import ReleaseConfig
@@ -13,21 +14,42 @@ from release.phrases import phrase_topics
 from release.plan import ReleasePlan
 from release.spent import Spent
 from release.stages.phrases import CodedRows
+from release.topics import Codebook
 from selpe_audit.artifact.records import LedgerEntry
+from selpe_audit.artifact.view import Counts, counts_view
 from selpe_audit.schema import Schema
 
 
 @dataclass(frozen=True)
-class CountsReleased:
-    """The artifact's ``counts`` block, its ledger entries and its spend."""
+class CountsPart:
+    """The document's ``counts`` in the mode's own shape (a plugin's mode writes its own)
+    and the view of them the later stages read, parsed once."""
 
-    block: dict[str, Any]
+    json: dict[str, Any]
+
+    @cached_property
+    def view(self) -> Counts:
+        """The counts as decode reads them (the selection's LLM candidates and hints)."""
+        return counts_view(self.json)
+
+    @property
+    def has_topic_column(self) -> bool:
+        """Whether the released model has a free-text topic column (topic_share applies)."""
+        model = self.json.get("model") or {}
+        return any(c["kind"] == "topic" for c in model.get("columns", []))
+
+
+@dataclass(frozen=True)
+class CountsReleased:
+    """The counts' block, its ledger entries and its spend."""
+
+    block: CountsPart
     entries: list[LedgerEntry]
     spent: Spent
 
 
 def release_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: PrivacyUnit,
-                   codebooks: dict[str, Any], plan: ReleasePlan,
+                   codebooks: dict[str, Codebook], plan: ReleasePlan,
                    size: Spent) -> CountsReleased:
     """The counts of ``coded`` in ``cfg``'s mode; ``size``: what the row count spent."""
     topic_records = {name: cb.to_record() for name, cb in codebooks.items()}
@@ -36,7 +58,7 @@ def release_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: P
                       {n: v.slots for n, v in coded.vocab.items()}, topic_records, plan.workload)
     budget = CountsBudget(*_marginals(cfg, plan, size + coded.spent))
     out = measure(rows, schema, cfg.counts, budget)
-    return CountsReleased(out.block, out.entries, Spent(out.epsilon, out.delta))
+    return CountsReleased(CountsPart(out.block), out.entries, Spent(out.epsilon, out.delta))
 
 
 #: how far the row count's and the vocabularies' spend (OpenDP's maps) may sit from the

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 import polars as pl
 
@@ -16,7 +15,7 @@ from release.enclave_log import EnclaveLog
 from release.phrases import CONSTRUCTOR, PhraseVocabulary, read_denylist, release_phrases
 from release.plan import ReleasePlan
 from release.spent import Spent
-from release.topics import assign_topics
+from release.topics import Codebook, assign_topics
 from selpe_audit.artifact.records import LedgerEntry
 from selpe_audit.kernel.embeddings import Embedder
 from selpe_audit.memory import return_freed_memory
@@ -38,7 +37,7 @@ class CodedRows:
 
 
 def code_rows(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame, frame: pl.DataFrame,
-              unit: PrivacyUnit, person_field: str | None, codebooks: dict[str, Any],
+              unit: PrivacyUnit, person_field: str | None, codebooks: dict[str, Codebook],
               embedder: Embedder | None, log: EnclaveLog, plan: ReleasePlan) -> CodedRows:
     """``rows`` (the private rows' typed frame) as codes (``frame``: `derive_frame`'s); in a
     model mode with free text, the DP phrase vocabulary of each field the plan runs it for,
@@ -95,15 +94,15 @@ def _release_vocabularies(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame
     deny, deny_sha = read_denylist(c.deny) if c.deny is not None else (frozenset(), None)
     entries, vocab, spent = [], {}, Spent()
     for name in fields:
-        kind, per_unit, slots = c.terms(schema.field(name))
-        v = release_phrases(name, rows[name].cast(pl.String),
-                            unit, ids, eps, delta, per_unit, c.max_phrases, kind, deny, slots)
+        terms = c.terms(schema.field(name))
+        v = release_phrases(name, rows[name].cast(pl.String), unit, ids, eps, delta, terms,
+                            c.max_phrases, deny)
         spent = spent + Spent(v.epsilon, v.delta)
         entries.append(LedgerEntry(
-            f"counts/{kind}/{name}", f"{v.mechanism} counts of the {kind} of normalised "
+            f"counts/{v.kind}/{name}", f"{v.mechanism} counts of the {v.kind} of normalised "
             f"texts, released above OpenDP's threshold {v.threshold} ({len(v.phrases)} "
-            f"{kind})", CONSTRUCTOR, v.scale, v.epsilon, v.delta,
-            f"field '{name}': each unit counts for at most {v.per_unit} of its {kind}",
+            f"{v.kind})", CONSTRUCTOR, v.scale, v.epsilon, v.delta,
+            f"field '{name}': each unit counts for at most {v.per_unit} of its {v.kind}",
             "sequential with the other count queries and the selection", "(epsilon, delta)-DP"))
         if v.phrases:
             vocab[name] = v

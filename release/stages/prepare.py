@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from release.config import ReleaseConfig
 from release.selection.candidates import CandidateSource, candidate_source
-from release.topics import build_codebook, public_topic_texts
+from release.topics import Codebook, build_codebook, public_topic_texts
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.distance import Kernel, KernelConfig
 from selpe_audit.kernel.embeddings import Embedder
@@ -32,7 +31,7 @@ class PublicInputs:
     source: CandidateSource | None
     kernel: Kernel | None
     embedder: Embedder | None
-    codebooks: dict[str, Any]
+    codebooks: dict[str, Codebook]
 
 
 def load_public_inputs(cfg: ReleaseConfig, schema: Schema, models: Models,
@@ -56,7 +55,7 @@ def load_public_inputs(cfg: ReleaseConfig, schema: Schema, models: Models,
 
 
 def _codebooks(cfg: ReleaseConfig, schema: Schema, source: CandidateSource | None,
-               embedder: Embedder, models: Models) -> dict[str, Any]:
+               embedder: Embedder, models: Models) -> dict[str, Codebook]:
     """Per free-text field, k public anchor texts: from the pool, or from LLM candidates
     (the selection's source when it runs, else one made from the same settings)."""
     sel = cfg.selection

@@ -24,18 +24,58 @@ from release.selection import (
 )
 from release.selection.candidates import CandidateSource
 from release.spent import Spent
-from selpe_audit.artifact.records import LedgerEntry, json_form
-from selpe_audit.artifact.view import counts_view
+from selpe_audit.artifact.records import (
+    LedgerEntry,
+    SelectionAccounting,
+    SelectionRound,
+    json_form,
+)
+from selpe_audit.artifact.view import Counts
 from selpe_audit.kernel.distance import Kernel
 from selpe_audit.schema import Schema
 
 
 @dataclass(frozen=True)
-class SelectionReleased:
-    """The artifact's ``selection`` block, its ledger entries and spend, and the rounds'
-    Gaussian mu (None for a pure-epsilon mode)."""
+class SelectionPart:
+    """The document's ``selection`` as the release made it: the mode, what review and
+    decode need of it (its description, the settings its descriptor names, its own block),
+    the rounds and their accounting; JSON once the document is written (the artifact's
+    reading of it is `selpe_audit.artifact.records.SelectionBlock`)."""
 
-    block: dict[str, Any]
+    mode: str
+    mode_description: dict[str, str]
+    rounds_t: int
+    k: int
+    batches: int
+    q: float
+    settings: dict[str, Any]  # the descriptor's section settings, by name
+    schedule: tuple[float, ...]
+    accounting: SelectionAccounting
+    kernel: dict[str, Any]
+    candidates: dict[str, Any]
+    rounds: tuple[SelectionRound, ...]
+    mode_block: tuple[str, Any] | None  # (the descriptor's key, the mode's own record)
+
+    def to_json(self) -> dict[str, Any]:
+        """The block as the artifact stores it."""
+        out: dict[str, Any] = {
+            "mode": self.mode, "mode_description": self.mode_description,
+            "T": self.rounds_t, "K": self.k, "b": self.batches, "q": self.q,
+            **self.settings, "schedule": list(self.schedule),
+            "epsilon": self.accounting.epsilon, "accounting": json_form(self.accounting),
+            "kernel": self.kernel, "candidates": self.candidates,
+            "rounds": [json_form(r) for r in self.rounds]}
+        if self.mode_block is not None:
+            out[self.mode_block[0]] = json_form(self.mode_block[1])
+        return out
+
+
+@dataclass(frozen=True)
+class SelectionReleased:
+    """The selection's block, its ledger entries and spend, and the rounds' Gaussian mu
+    (None for a pure-epsilon mode)."""
+
+    block: SelectionPart
     entries: list[LedgerEntry]
     spent: Spent
     mu: float | None
@@ -65,11 +105,10 @@ def private_classes(priv_rows: pl.DataFrame, schema: Schema, kernel: Kernel,
 
 
 def select_exemplars(cfg: ReleaseConfig, schema: Schema, priv: PrivateClasses,
-                     kernel: Kernel, source: CandidateSource, counts_block: dict[str, Any],
+                     kernel: Kernel, source: CandidateSource, released: Counts,
                      progress: Callable[[str], None]) -> SelectionReleased:
     """The selection's rounds on ``priv``; LLM candidates take their fields from the
-    released counts, which also give the rounds their public hints."""
-    released = counts_view(counts_block)
+    ``released`` counts, which also give the rounds their public hints."""
     source.use_counts(released)
     run = run_selection(schema, priv, kernel, source, cfg.selection,
                         cfg.budget.selection_epsilon, cfg.selection_delta,
@@ -87,30 +126,23 @@ def selection_entries(cfg: ReleaseConfig, run: SelectionRun) -> list[LedgerEntry
 
 
 def selection_block(cfg: ReleaseConfig, kernel: Kernel, source: CandidateSource,
-                    run: SelectionRun) -> dict[str, Any]:
-    """The artifact's ``selection``: the rounds and what review and decode need of the mode
-    (its description, the settings its descriptor names, its own block)."""
+                    run: SelectionRun) -> SelectionPart:
+    """The selection's block: the rounds and what review and decode need of the mode (so a
+    plugin's mode reads off-site)."""
     sel = cfg.selection
     mode = get(sel.mode)
     d = mode.descriptor
-    out: dict[str, Any] = {
-        "mode": sel.mode,
-        # what review and decode need of the mode, so a plugin's mode reads off-site
-        "mode_description": {"accounting": d.accounting, "review": d.review,
-                             "mechanism": d.mechanism, "person_bounding": d.person_bounding},
-        "T": sel.rounds, "K": sel.k, "b": sel.batches, "q": sel.q,
-        **{name: getattr(sel.settings, name) for name in d.section_settings},
-        "schedule": [r.epsilon if r.rho is None else r.rho for r in run.rounds],
-        "epsilon": run.accounting.epsilon,
-        "accounting": json_form(run.accounting),
-        "kernel": kernel.to_json(),
-        "candidates": source.describe(),
-        "rounds": [json_form(r.to_record(sel.k * r.quota)) for r in run.rounds],
-    }
     block = mode.artifact_block(sel)
-    if block is not None and d.block_key is not None:
-        out[d.block_key] = json_form(block)
-    return out
+    return SelectionPart(
+        sel.mode,
+        {"accounting": d.accounting, "review": d.review, "mechanism": d.mechanism,
+         "person_bounding": d.person_bounding},
+        sel.rounds, sel.k, sel.batches, sel.q,
+        {name: getattr(sel.settings, name) for name in d.section_settings},
+        tuple(r.epsilon if r.rho is None else r.rho for r in run.rounds),
+        run.accounting, kernel.to_json(), source.describe(),
+        tuple(r.to_record(sel.k * r.quota) for r in run.rounds),
+        (d.block_key, block) if block is not None and d.block_key is not None else None)
 
 
 def progress_reporter(con: Console, log: EnclaveLog,

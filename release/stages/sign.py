@@ -6,12 +6,16 @@ from pathlib import Path
 from typing import Any
 
 from release.config import ReleaseConfig
+from release.stages.document import DocumentDraft
 from selpe_audit.artifact.document import write_release
 from selpe_audit.review.page import write_review_html
 
 
-def write_and_sign(cfg: ReleaseConfig, doc: dict[str, Any]) -> Path:
-    """``doc`` as the signed artifact in ``cfg.out`` (its path), with the review page."""
+def write_and_sign(cfg: ReleaseConfig,
+                   document: DocumentDraft) -> tuple[Path, dict[str, Any]]:
+    """``document`` as the signed artifact in ``cfg.out``, with the review page beside it:
+    its path and the JSON written (the one place the records become JSON)."""
+    doc = document.to_json()
     path = write_release(cfg.out, doc, cfg.release_key)
     write_review_html(cfg.out, doc)
-    return path
+    return path, doc

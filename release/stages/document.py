@@ -5,7 +5,7 @@ derived guarantees, the counts and the selection. Nothing here reads a private r
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from release.config import ReleaseConfig
@@ -14,12 +14,23 @@ from release.counts.model import CONVERSION_ID
 from release.plan import ReleasePlan
 from release.private_data import source_description
 from release.selection import get
+from release.spent import Spent
+from release.stages.counts import CountsPart
+from release.stages.selection import SelectionPart, SelectionReleased
 from release.stages.sizing import SIZE_ID
-from selpe_audit.artifact import records
 from selpe_audit.artifact.counts_modes import describe_counts
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions
 from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
-from selpe_audit.artifact.records import Budget, Ledger, LedgerEntry, LifetimeStamp, json_form
+from selpe_audit.artifact.records import (
+    Budget,
+    Guarantees,
+    Ledger,
+    LedgerEntry,
+    LifetimeStamp,
+    Source,
+    UnitRecord,
+    json_form,
+)
 from selpe_audit.schema import Schema
 
 SIZE_ACCOUNTANT = "a Context in pure epsilon-DP for the row count the plan is sized by"
@@ -34,49 +45,70 @@ GAUSSIAN_SELECTION_ACCOUNTANT = (
     "in the conversion entry")
 
 
-def ledger_block(entries: list[LedgerEntry], total_epsilon: float, accountant: str,
-                 total_delta: float = 0.0) -> dict[str, Any]:
-    """The artifact's ``ledger`` block."""
-    return json_form(Ledger(tuple(entries), total_epsilon, total_delta, accountant))
+@dataclass(frozen=True)
+class DocumentDraft:
+    """The artifact's document as the release built it, before it is written and signed:
+    records, made JSON once by the signing stage (`to_json`; the artifact's own top-level
+    record, `selpe_audit.artifact.document.ReleaseDocument`, is what a reader parses)."""
+
+    dataset: str
+    source: Source
+    schema: Schema
+    privacy_unit: UnitRecord
+    release_key_id: str
+    budget: Budget
+    ledger: Ledger
+    guarantees: Guarantees
+    counts: CountsPart
+    selection: SelectionPart | None
+    created: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The document as release.json holds it."""
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "tool": tool_versions(),
+            "dataset": self.dataset,
+            "source": json_form(self.source),
+            "schema": self.schema.public_json(),
+            "schema_sha256": self.schema.sha256(),
+            "privacy_unit": json_form(self.privacy_unit),
+            "release_key_id": self.release_key_id,
+            "budget": json_form(self.budget),
+            "ledger": json_form(self.ledger),
+            "guarantees": json_form(self.guarantees),
+            "counts": self.counts.json,
+            "selection": None if self.selection is None else self.selection.to_json(),
+            "created": self.created,
+        }
 
 
 def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
-                   entries: list[LedgerEntry], total: float, counts: dict[str, Any],
-                   selection: dict[str, Any] | None = None, total_delta: float = 0.0,
-                   selection_mu: float | None = None,
-                   lifetime: LifetimeStamp | None = None, *,
-                   source_key: bytes, plan: ReleasePlan | None = None) -> dict[str, Any]:
-    """The artifact's document; ``source_key``: the enclave secret that keys a database
-    query's HMAC (the ledger folder's key); ``plan``: what the release sized to the table."""
-    unit = privacy_unit_block(cfg, schema, selection is not None)
-    guarantees = derived_guarantees(total, total_delta, unit)
-    if selection_mu is not None:
+                   entries: list[LedgerEntry], spent: Spent, counts: CountsPart,
+                   selection: SelectionReleased | None = None, *,
+                   lifetime: LifetimeStamp | None = None, source_key: bytes,
+                   plan: ReleasePlan | None = None) -> DocumentDraft:
+    """The artifact's document from what the stages released (``entries``, ``spent``: all
+    of theirs); ``source_key``: the enclave secret that keys a database query's HMAC (the
+    ledger folder's key); ``plan``: what the release sized to the table."""
+    unit = privacy_unit(cfg, schema, selection is not None)
+    mu = selection.mu if selection is not None else None
+    guarantees = derived_guarantees(spent.epsilon, spent.delta, json_form(unit))
+    if mu is not None:
         guarantees = replace(guarantees, selection_gdp=gdp_interpretation(
-            selection_mu, counts=counts_accounting(cfg, entries)))
+            mu, counts=counts_accounting(cfg, entries)))
     vocabularies = plan.vocabulary_fields if plan is not None else cfg.phrase_fields(schema)
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "tool": tool_versions(),
-        "dataset": cfg.dataset,
-        "source": source_description(cfg.source, source_key),
-        "schema": schema.public_json(),
-        "schema_sha256": schema.sha256(),
-        "privacy_unit": unit,
-        "release_key_id": release_key_id,
-        "budget": json_form(budget_block(cfg, schema, counts, bool(vocabularies), lifetime,
-                                         plan)),
-        "ledger": ledger_block(entries, total,
-                               _accountant(cfg, bool(vocabularies), selection_mu,
-                                           selection is not None), total_delta),
-        "guarantees": json_form(guarantees),
-        "counts": counts,
-        "selection": selection,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    accountant = _accountant(cfg, bool(vocabularies), mu, selection is not None)
+    return DocumentDraft(
+        cfg.dataset, source_description(cfg.source, source_key), schema, unit, release_key_id,
+        budget_block(cfg, schema, counts, bool(vocabularies), lifetime, plan),
+        Ledger(tuple(entries), spent.epsilon, spent.delta, accountant), guarantees, counts,
+        selection.block if selection is not None else None,
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
-def budget_block(cfg: ReleaseConfig, schema: Schema, counts: dict[str, Any],
+def budget_block(cfg: ReleaseConfig, schema: Schema, counts: CountsPart,
                  vocabularies: bool, lifetime: LifetimeStamp | None,
                  plan: ReleasePlan | None) -> Budget:
     """The artifact's ``budget``: the epsilon, its shares, what the counts mode split, the
@@ -89,7 +121,7 @@ def budget_block(cfg: ReleaseConfig, schema: Schema, counts: dict[str, Any],
         {"counts": budget.counts_share, "selection": budget.selection_share},
         counts={"mode": c.mode, "class_share": c.class_share,
                 "topic_share": (c.topic_share if describe_counts(c.mode).topic_share and
-                                _has_topic_columns(counts) else 0.0),
+                                counts.has_topic_column else 0.0),
                 "topics": cfg.topics,
                 "phrase_share": c.phrase_share if vocabularies else 0.0,
                 "delta": cfg.counts_delta,
@@ -99,11 +131,6 @@ def budget_block(cfg: ReleaseConfig, schema: Schema, counts: dict[str, Any],
         lifetime_epsilon=caps[0], lifetime_delta=caps[1], lifetime_ledger=lifetime,
         plan=plan.record if plan is not None else None,
         leave_out_exhausted=cfg.leave_out_exhausted or None)
-
-
-def _has_topic_columns(counts: dict[str, Any]) -> bool:
-    """Whether the released model has a free-text topic column (topic_share applies)."""
-    return any(c["kind"] == "topic" for c in (counts.get("model") or {}).get("columns", []))
 
 
 def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:
@@ -141,7 +168,7 @@ def _accountant(cfg: ReleaseConfig, vocabularies: bool, selection_mu: float | No
             "deltas add), each entry's epsilon from OpenDP's privacy map")
 
 
-def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dict[str, Any]:
+def privacy_unit(cfg: ReleaseConfig, schema: Schema, selects: bool) -> UnitRecord:
     """The unit, what the guarantee protects, and how each mechanism bounds one unit."""
     pu = cfg.privacy_unit.resolved(schema)
     if pu.unit == "person":
@@ -150,11 +177,11 @@ def privacy_unit_block(cfg: ReleaseConfig, schema: Schema, selects: bool) -> dic
                               "count"}
         if selects:
             bounding["selection"] = get(cfg.selection.mode).descriptor.person_bounding
-        unit = records.UnitRecord("person", pu.id_field or schema.id_field, pu.max_contributions)
+        unit = UnitRecord("person", pu.id_field or schema.id_field, pu.max_contributions)
     else:
         bounding = {"counts": "each row is counted once per query",
                     "group": "a person with m rows is protected at m times epsilon"}
         if selects:
             bounding["selection"] = "each row sits in one batch of its class per round"
-        unit = records.UnitRecord("row")
-    return json_form(replace(unit, protects=protects(json_form(unit)), bounding=bounding))
+        unit = UnitRecord("row")
+    return replace(unit, protects=protects(json_form(unit)), bounding=bounding)
