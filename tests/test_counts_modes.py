@@ -12,6 +12,7 @@ import pytest
 from conftest import DEMO_SAMPLE, with_settings
 
 from release.config_file import load_config
+from release.counts.model import CONVERSION_ID
 from release.dp.zcdp import approx_dp_of
 from release.pipeline import run_release
 from selpe_audit.artifact.counts_modes import counts_modes
@@ -82,13 +83,29 @@ def test_the_model_modes_are_the_registered_ones():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODEL_MODES)
-def test_model_modes_write_a_signed_artifact_accounted_by_opendp(tmp_path, keys, mode):
+def test_model_modes_write_a_signed_artifact_accounted_by_opendp(tmp_path, keys, mode,
+                                                                monkeypatch):
+    import release.pipeline as pipeline
+
     priv, pub, _ = keys
     cfg = _tiny(tmp_path, priv, mode)
+    released = []
+    stage = pipeline.release_counts
+
+    def kept(*args, **kwargs):  # the stage as it runs, its record kept
+        released.append(stage(*args, **kwargs))
+        return released[-1]
+
+    monkeypatch.setattr(pipeline, "release_counts", kept)
     run_release(cfg)
     rel = read_release(cfg.out, [pub])
     doc = rel.doc
     _check_accounting(doc, 2.0)
+    # the mode states its own accounting: OpenDP's conversion of its rho, as the ledger says
+    conv = next(e for e in doc["ledger"]["entries"] if e["id"] == CONVERSION_ID)
+    assert released[0].block.accounting == (
+        f"rho-zCDP (rho {conv['rho']:.4g}, which OpenDP converts to "
+        f"({conv['epsilon']:.4g}, {conv['delta']:.3g})-DP)")
     counts = doc["counts"]
     assert counts["mode"] == mode and counts["model"]["algorithm"] == mode
     cols = {c["name"]: c for c in counts["model"]["columns"]}

@@ -20,6 +20,7 @@ from release.ledger import LifetimeLedger
 from release.pipeline import run_release
 from release.selection import PoolSource, PrivateClasses, run_selection
 from release.selection.selpe import batch_ids
+from release.stages.sizing import SIZE_ID
 from selpe_audit.artifact.document import read_release
 from selpe_audit.artifact.signing import generate_keypair
 from selpe_audit.demo.generator import generate_rows
@@ -181,11 +182,13 @@ def _check_gaussian_ledger(doc, rounds, cfg):
     assert conv["epsilon"] <= cfg.budget.selection_epsilon + 1e-9
     assert sum(e["rho"] for e in rounds) <= conv["rho"] * (1 + 1e-9)
     assert doc["ledger"]["total_delta"] == doc["budget"]["delta"] == 1e-6
-    counts_eps = sum(e["epsilon"] for e in doc["ledger"]["entries"]
-                     if e["id"].startswith("counts/"))
+    counts = [e for e in doc["ledger"]["entries"] if e["id"].startswith("counts/")]
+    counts_eps = sum(e["epsilon"] for e in counts)
     assert math.isclose(doc["ledger"]["total_epsilon"], counts_eps + eps, rel_tol=1e-9)
     gdp = doc["guarantees"]["selection_gdp"]
-    assert f"pure epsilon-DP (epsilon {counts_eps:.4g})" in gdp["scope"]  # marginals counts
+    size = next(e["epsilon"] for e in counts if e["id"] == SIZE_ID)  # the plan's row count
+    assert (f"pure epsilon-DP (epsilon {counts_eps - size:.4g}) plus the row count's pure "
+            f"epsilon {size:.4g}") in gdp["scope"]  # the marginals mode's own words
     mu = math.sqrt(sum(e["mu"] ** 2 for e in rounds))
     assert math.isclose(gdp["mu"], mu, rel_tol=1e-9)
     for pr in gdp["reconstruction_success_max"]:

@@ -62,39 +62,48 @@ def test_gdp_pr_interpretation():
 @pytest.mark.parametrize("counts_mode", ["marginals", "fixed"])
 def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, counts_mode):
     """The signed scope sentence once called every counts mode pure epsilon-DP; the model
-    modes are rho-zCDP, converted to (epsilon, delta)."""
+    modes are rho-zCDP, converted to (epsilon, delta): the scope quotes the mode's own words
+    (tests/test_counts_modes.py and tests/test_selection.py check each mode states its real
+    accounting) plus the row count and the phrase vocabularies from the ledger."""
     from release.counts import model as counts_model
     from release.spent import Spent
     from release.stages.counts import CountsPart
     from release.stages.document import build_document
     from release.stages.selection import SelectionPart, SelectionReleased
+    from release.stages.sizing import SIZE_ID
     from selpe_audit.artifact.records import LedgerEntry, SelectionAccounting
 
     cfg = _cfg(tmp_path, counts_share=0.5, selection_share=0.5, counts_mode=counts_mode,
                selection_mode="pe-histogram")
+    size = LedgerEntry(SIZE_ID, "Laplace", "c", 20.0, 0.05, 0.0, "s", "sequential")
     if counts_mode == "marginals":
-        entries = [LedgerEntry("counts/histogram/age", "Laplace", "c", 2.0, 0.75, 0.0, "s",
-                               "sequential")]
+        words = "pure epsilon-DP (epsilon 0.75)"
+        entries = [size, LedgerEntry("counts/histogram/age", "Laplace", "c", 2.0, 0.75, 0.0,
+                                     "s", "sequential")]
     else:
+        words = "rho-zCDP (rho 0.005, which OpenDP converts to (0.55, 4e-07)-DP)"
         entries = [
             LedgerEntry("counts/phrases/chief_complaint", "Gaussian", "c", 3.0, 0.2, 1e-7,
                         "s", "sequential", "(epsilon, delta)-DP"),
             LedgerEntry(counts_model.TABLE_ID, "Gaussian", "c", 3.0, 0.0, 0.0, "s",
                         "sequential", "rho-zCDP", rho=0.004),
             LedgerEntry(counts_model.CONVERSION_ID, "conversion", "c", 0.0, 0.55, 4e-7, "s",
-                        "sequential", "(epsilon, delta)-DP from rho-zCDP", rho=0.005)]
+                        "sequential", "(epsilon, delta)-DP from rho-zCDP", rho=0.005), size]
     accounting = SelectionAccounting("pe-histogram", "zCDP", 0.25, 1e-6, 0.01, 0.7)
     block = SelectionPart("pe-histogram", {}, 1, 4, 1, 1.0, {}, (0.01,), accounting, {}, {},
                            (), None)
-    doc = build_document(cfg, demo_schema, "kid", entries, Spent(1.0, 1e-6), CountsPart({}),
+    doc = build_document(cfg, demo_schema, "kid", entries, Spent(1.0, 1e-6),
+                         CountsPart({}, words),
                          SelectionReleased(block, [], Spent(0.25, 1e-6), 0.7),
                          source_key=bytes(32))
     assert doc.to_json()["selection"]["accounting"]["mu"] == 0.7
     scope = doc.guarantees.selection_gdp.scope
+    assert "plus the row count's pure epsilon 0.05" in scope
     if counts_mode == "marginals":
         assert "the noisy counts are pure epsilon-DP (epsilon 0.75)" in scope
+        assert "phrase vocabularies" not in scope
     else:
-        assert "pure" not in scope
+        assert "the noisy counts are pure" not in scope
         assert "rho-zCDP (rho 0.005, which OpenDP converts to (0.55, 4e-07)-DP)" in scope
         assert "plus (0.2, 1e-07)-DP phrase vocabularies" in scope
 

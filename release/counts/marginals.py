@@ -97,7 +97,8 @@ class MarginalsMode:
         entries = [LedgerEntry(r.id, r.mechanism, r.constructor, r.scale, r.epsilon, 0.0,
                                r.scope, r.composition) for r in released.results]
         return MeasuredCounts(entries, counts_section(schema, counts, released),
-                              released.total_epsilon, 0.0)
+                              released.total_epsilon, 0.0,
+                              f"pure epsilon-DP (epsilon {released.total_epsilon:.4g})")
 
 
 MODE = register(MarginalsMode())

@@ -330,7 +330,9 @@ class ModelMode:
         cols = model_columns(schema, dict(rows.topics), rows.slots, rows.workload)
         rel = release_model(self, rows, schema, counts, cols, budget)
         block = counts_section(schema, counts, cols, rel, dict(rows.topic_blocks))
-        return MeasuredCounts(ledger_entries(self, cols, rel), block, rel.epsilon, rel.delta)
+        return MeasuredCounts(ledger_entries(self, cols, rel), block, rel.epsilon, rel.delta,
+                              f"rho-zCDP (rho {rel.rho:.4g}, which OpenDP converts to "
+                              f"({rel.epsilon:.4g}, {rel.delta:.3g})-DP)")
 
 
 def _workload(cols: list[ModelColumn], counts: CountsConfig,

@@ -64,13 +64,20 @@ class CountsRows:
 
 @dataclass(frozen=True)
 class MeasuredCounts:
-    """What a mode released: its ledger entries, the artifact's ``counts`` block, and the
-    (epsilon, delta) OpenDP's maps give."""
+    """What a mode released: its ledger entries, the artifact's ``counts`` block, the
+    (epsilon, delta) OpenDP's maps give, and the mode's accounting of them in words (the
+    signed scope of a Gaussian selection's reading quotes it; empty: the (epsilon, delta))."""
 
     entries: list[LedgerEntry]
     block: dict[str, Any]
     epsilon: float
     delta: float
+    accounting: str = ""
+
+    @property
+    def words(self) -> str:
+        """The accounting in words: the mode's, else its (epsilon, delta)."""
+        return self.accounting or f"({self.epsilon:.4g}, {self.delta:.3g})-DP"
 
 
 class CountsMode(Protocol):
@@ -115,7 +122,7 @@ def measure(rows: CountsRows, schema: Schema, counts: CountsConfig,
     out = mode.measure(rows, schema, counts, budget)
     block = {**out.block, "mode": mode.descriptor.name,
              "mode_description": mode.descriptor.to_json()}
-    return MeasuredCounts(out.entries, block, out.epsilon, out.delta)
+    return MeasuredCounts(out.entries, block, out.epsilon, out.delta, out.accounting)
 
 
 def load_builtins() -> None:

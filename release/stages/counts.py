@@ -22,10 +22,12 @@ from selpe_audit.schema import Schema
 
 @dataclass(frozen=True)
 class CountsPart:
-    """The document's ``counts`` in the mode's own shape (a plugin's mode writes its own)
-    and the view of them the later stages read, parsed once."""
+    """The document's ``counts`` in the mode's own shape (a plugin's mode writes its own),
+    the mode's accounting of them in words, and the view of them the later stages read,
+    parsed once."""
 
     json: dict[str, Any]
+    accounting: str
 
     @cached_property
     def view(self) -> Counts:
@@ -58,7 +60,8 @@ def release_counts(cfg: ReleaseConfig, schema: Schema, coded: CodedRows, unit: P
                       {n: v.slots for n, v in coded.vocab.items()}, topic_records, plan.workload)
     budget = CountsBudget(*_marginals(cfg, plan, size + coded.spent))
     out = measure(rows, schema, cfg.counts, budget)
-    return CountsReleased(CountsPart(out.block), out.entries, Spent(out.epsilon, out.delta))
+    return CountsReleased(CountsPart(out.block, out.words), out.entries,
+                          Spent(out.epsilon, out.delta))
 
 
 #: how far the row count's and the vocabularies' spend (OpenDP's maps) may sit from the

@@ -10,7 +10,7 @@ from typing import Any
 
 from release.config import ReleaseConfig
 from release.counts import get as counts_mode
-from release.counts.model import CONVERSION_ID
+from release.phrases import TERM_KINDS
 from release.plan import ReleasePlan
 from release.private_data import source_description
 from release.selection import get
@@ -97,7 +97,7 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
     guarantees = derived_guarantees(spent.epsilon, spent.delta, json_form(unit))
     if mu is not None:
         guarantees = replace(guarantees, selection_gdp=gdp_interpretation(
-            mu, counts=counts_accounting(cfg, entries)))
+            mu, counts=counts_accounting(counts, entries)))
     vocabularies = plan.vocabulary_fields if plan is not None else cfg.phrase_fields(schema)
     accountant = _accountant(cfg, bool(vocabularies), mu, selection is not None)
     return DocumentDraft(
@@ -133,25 +133,26 @@ def budget_block(cfg: ReleaseConfig, schema: Schema, counts: CountsPart,
         leave_out_exhausted=cfg.leave_out_exhausted or None)
 
 
-def counts_accounting(cfg: ReleaseConfig, entries: list[LedgerEntry]) -> str:
-    """The noisy counts' accounting in words, from their ledger entries: pure epsilon-DP in
-    "marginals", else rho-zCDP with OpenDP's (epsilon, delta) conversion (and the phrase
-    vocabularies' own (epsilon, delta))."""
-    counts = [e for e in entries if e.id.startswith("counts/")]
-    if not cfg.counts.needs_delta:
-        return f"pure epsilon-DP (epsilon {sum(e.epsilon for e in counts):.4g})"
-    conv = next(e for e in counts if e.id == CONVERSION_ID)
-    words = (f"rho-zCDP (rho {conv.rho:.4g}, which OpenDP converts to "
-             f"({conv.epsilon:.4g}, {conv.delta:.3g})-DP)")
-    size = next((e for e in counts if e.id == SIZE_ID), None)
+def counts_accounting(counts: CountsPart, entries: list[LedgerEntry]) -> str:
+    """The noisy counts' accounting in words: the mode's own, plus the row count the plan
+    was sized by and the phrase vocabularies (each its own (epsilon, delta)), which also
+    come out of the counts' share."""
+    words = counts.accounting
+    size = next((e for e in entries if e.id == SIZE_ID), None)
     if size is not None:
         words += f" plus the row count's pure epsilon {size.epsilon:.4g}"
-    phrases = [e for e in counts if e.id not in (conv.id, SIZE_ID)
-               and e.accounting != "rho-zCDP"]
+    phrases = [e for e in entries if _is_vocabulary(e.id)]
     if phrases:
         words += (f" plus ({sum(e.epsilon for e in phrases):.4g}, "
                   f"{sum(e.delta for e in phrases):.3g})-DP phrase vocabularies")
     return words
+
+
+def _is_vocabulary(entry_id: str) -> bool:
+    """Whether a ledger entry is a free-text field's phrase vocabulary
+    (``counts/<kind>/<field>``, `release.stages.phrases`)."""
+    parts = entry_id.split("/")
+    return len(parts) == 3 and parts[0] == "counts" and parts[1] in TERM_KINDS
 
 
 def _accountant(cfg: ReleaseConfig, vocabularies: bool, selection_mu: float | None,
