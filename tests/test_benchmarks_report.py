@@ -114,6 +114,18 @@ def test_every_study_is_one_record_in_the_registry():
         benchmark("budget_parts")  # retired: its numbers only
 
 
+def test_the_image_timings_script_says_what_it_needs():
+    """The images' timings are a script (root, podman, the network-free builds): where they
+    cannot run it says so and exits cleanly, building nothing."""
+    if shutil.which("podman") is not None:
+        pytest.skip("podman is installed: the script would build the images")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "image_timings.py"
+    r = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "skipped" in r.stdout and "podman" in r.stdout
+
+
 def test_svg_charts_escape_and_parse():
     svg = line_chart("a <b> & c", ["1", "2", "inf"], {"s<1>": [0.1, None, 0.3]}, "y",
                      reference=(0.2, "target"))

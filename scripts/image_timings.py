@@ -1,6 +1,10 @@
 """The images, built and used here: build times, sizes, decode speed inside (issue 36).
 
-    python -m benchmarks.images [--quick] [--json FILE]
+    sudo .venv/bin/python scripts/image_timings.py [--quick] [--json FILE] [--results]
+
+A script, not one of the benchmarks (`python -m benchmarks`): it needs root, podman and the
+network-free builds of `make image`. ``--results`` writes its numbers to the ``images``
+section of benchmarks/RESULTS.json and redraws the page.
 
 Needs root, podman and debootstrap (Debian's packages); without them the result says it was
 skipped. Timed, in this order:
@@ -32,11 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.suite import Benchmark
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "RESULTS.json"
 DECODE_IMAGE = "localhost/selpe-audit:decode-cpu"
 #: run inside the decode image: each decode of the artifact timed, one JSON line each
 _TIMED_DECODES = """
@@ -67,15 +70,22 @@ def _size(image: str) -> int:
 
 
 def _artifact(folder: Path) -> tuple[Path, Path]:
-    """A counts-only release of the demo sample (the demo's config; public pool not needed)."""
-    from benchmarks.counts_modes import demo_config, demo_settings, release_child
+    """A counts-only release of the demo sample with the demo's config, mode fixed."""
+    from release.config_file import load_config
+    from release.installation import Installation
+    from release.pipeline import run_release
     from selpe_audit.artifact.signing import generate_keypair
     from selpe_audit.demo.command import DATA
+    from selpe_audit.schema import demo_schema_path
 
     key, pub, _ = generate_keypair(folder / "release.pem")
-    settings = {**demo_settings(DATA, folder, key, "fixed", "images", None), "topics": 0}
-    release_child(settings, demo_config())
-    return Path(settings["out"]), pub
+    cfg = load_config(ROOT / "selpe_audit" / "data" / "demo_release.toml", {
+        "data": DATA, "schema": demo_schema_path(), "dataset": "demo-images",
+        "out": folder / "artifact", "release_key": key, "epsilon": 2.0, "counts_share": 1.0,
+        "selection_share": 0.0, "lifetime_ledger": folder / "ledger",
+        "enclave_log": folder / "enclave.log", "counts_mode": "fixed", "topics": 0})
+    run_release(cfg, installation=Installation.for_experiments("image timings"))
+    return cfg.out, pub
 
 
 def _decodes_in_image(artifact: Path, pub: Path, plan: list[tuple[str, int]],
@@ -169,21 +179,43 @@ def summary(r: dict[str, Any]) -> str:
             "the venv's).")
 
 
-BENCHMARK = Benchmark("images", run)
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.images", description=__doc__,
+    ap = argparse.ArgumentParser(prog="scripts/image_timings.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="cached builds, fewer records")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--results", action="store_true",
+                    help="write them to benchmarks/RESULTS.json's images section too")
     args = ap.parse_args()
+    t0 = time.perf_counter()
     result = run(args.quick)
     print(result.get("table") or result)
     print(result.get("summary", ""))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    if args.results and "skipped" not in result:
+        _record(result, args.quick, time.perf_counter() - t0)
     return 0
+
+
+def _record(result: dict[str, Any], quick: bool, seconds: float) -> None:
+    """The ``images`` entry of RESULTS.json, then the page redrawn (`python -m benchmarks
+    --render`)."""
+    import platform
+
+    entries = json.loads(RESULTS.read_text())
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()
+    entries["images"] = {
+        "command": ".venv/bin/python scripts/image_timings.py" + (" --quick" if quick else ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, "
+                   f"commit {commit}", "seconds": round(seconds, 1), "result": result}
+    RESULTS.write_text(json.dumps(entries, indent=2, default=str) + "\n")
+    subprocess.run([sys.executable, "-m", "benchmarks", "--render"], cwd=ROOT, check=True)
 
 
 if __name__ == "__main__":
