@@ -126,20 +126,6 @@ def release_settings(train_path: Path, schema_path: Path, epsilon: float, folder
             **({} if mode is None else {"counts_mode": mode})}
 
 
-def counts_release(train_path: Path, schema_path: Path, epsilon: float, folder: Path,
-                   release_key: Path, mode: str | None = None) -> Path:
-    """A counts-only release of the training rows (see `release_settings`) in counts ``mode``
-    (None: the release's default); returns the artifact folder."""
-    from release.config_file import load_config
-    from release.installation import Installation
-    from release.pipeline import run_release
-
-    cfg = load_config(None, release_settings(train_path, schema_path, epsilon, folder,
-                                             release_key, mode))
-    run_release(cfg, installation=Installation.for_experiments("benchmark"))
-    return cfg.out
-
-
 def parse_epsilons(text: str) -> list[float]:
     """``"1,2,inf"`` -> ``[1.0, 2.0, INF]``."""
     return [INF if e.strip() == "inf" else float(e) for e in text.split(",")]
