@@ -1,1 +1,2 @@
-"""Benchmarks: runnable as `python -m benchmarks.<name>`; each module's run() returns a dict."""
+"""Benchmarks: one module per study, each one `suite.Benchmark` record; `python -m benchmarks
+--only NAME` runs one (`benchmarks.__main__`)."""

@@ -2,6 +2,7 @@
 
     python -m benchmarks [--quick] [--only counts,selection,...] [--out benchmarks/RESULTS.md]
     python -m benchmarks --only scale --huge   # the scale benchmark with 10^7 rows
+    python -m benchmarks --only scale --set sizes=10000,100000   # a study's own option
     python -m benchmarks --render      # the page and its plots from RESULTS.json, no run
 
 Each benchmark measures its comparisons side by side in one run and reports ratios and
@@ -13,6 +14,8 @@ table per benchmark and SVG plots in benchmarks/plots/.
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 import json
 import os
 import platform
@@ -41,9 +44,9 @@ def _machine() -> str:
 
 
 def _entry(name: str, result: dict[str, Any], quick: bool, seconds: float,
-           huge: bool = False) -> dict[str, Any]:
+           options: dict[str, Any]) -> dict[str, Any]:
     return {"command": benchmark(name).command + (" --quick" if quick else "")
-            + (" --huge" if huge else ""),
+            + "".join(f" --set {k}={v!r}" for k, v in options.items()),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": _machine(), "seconds": round(seconds, 1), "result": result}
 
@@ -64,6 +67,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     ap.add_argument("--huge", action="store_true",
                     help="scale also releases 10^7 rows (about 3 minutes and 7 GB more)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="an option of the one study --only names: a keyword of its run "
+                         "(a Python literal, else text), e.g. --set sizes=10000,100000")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite the page and its plots from RESULTS.json (no run)")
     args = ap.parse_args()
@@ -80,24 +86,56 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {', '.join(unknown)}; "
                          f"choose from {', '.join(STUDIES)}")
-    failed = run_benchmarks(names, args.quick, out, args.huge)
+    options = _options(args.set) | ({"huge": True} if args.huge else {})
+    if options:
+        _check_options(names, args.quick, options)
+    failed = run_benchmarks(names, args.quick, out, options)
     print(f"wrote {out}")
     if failed:
         raise SystemExit(1)
 
 
-def run_benchmarks(names: list[str], quick: bool, out: Path, huge: bool = False) -> list[str]:
+def _options(pairs: list[str]) -> dict[str, Any]:
+    """``--set NAME=VALUE`` pairs as keyword arguments: a value is a Python literal where it
+    reads as one (``10000,100000`` is a tuple), else its text."""
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise SystemExit(f"--set {pair}: write NAME=VALUE, NAME a keyword of the study's run")
+        try:
+            out[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[name] = text
+    return out
+
+
+def _check_options(names: list[str], quick: bool, options: dict[str, Any]) -> None:
+    """Options go to one study, and only those its run takes (refused before anything runs,
+    naming the ones it does take)."""
+    if len(names) != 1:
+        raise SystemExit("--set and --huge apply to one study: name it alone in --only")
+    run = benchmark(names[0]).run
+    try:
+        inspect.signature(run).bind(quick, **options)
+    except TypeError:
+        takes = [p for p in inspect.signature(run).parameters if p != "quick"]
+        raise SystemExit(f"{names[0]} takes {', '.join(takes) or 'no options'}; "
+                         f"not {', '.join(options)}") from None
+
+
+def run_benchmarks(names: list[str], quick: bool, out: Path,
+                   options: dict[str, Any] | None = None) -> list[str]:
     """Run ``names`` in order in this process (sharing its models), writing RESULTS.json and
     the page at ``out`` after each; the names of those that raised (their entry says why).
-    ``huge``: the scale benchmark's 10^7 rows too."""
+    ``options``: keyword arguments of the one study named (``--set``)."""
+    options = options or {}
     failed = []
     for name in names:
         print(f"== {name}", flush=True)
         t0 = time.perf_counter()
         try:
-            bench = benchmark(name)
-            result = (bench.run(quick, huge=True) if huge and name == "scale"
-                      else bench.run(quick))
+            result = benchmark(name).run(quick, **options)
         except Exception as e:  # one failing benchmark must not hide the others
             result = {"error": f"{type(e).__name__}: {e}"}
             failed.append(name)
@@ -105,7 +143,7 @@ def run_benchmarks(names: list[str], quick: bool, out: Path, huge: bool = False)
         sidecar = out.with_suffix(".json")
         entries = json.loads(sidecar.read_text()) if sidecar.exists() else {}
         entries[name] = _kept(entries.get(name), _entry(
-            name, result, quick, time.perf_counter() - t0, huge and name == "scale"))
+            name, result, quick, time.perf_counter() - t0, options))
         write_results(out, entries)  # after each: a crash keeps what was measured
     return failed
 

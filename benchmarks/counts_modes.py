@@ -1,8 +1,7 @@
 """Counts modes side by side: marginals, fixed, aim and mst on Adult and on the demo.
 
-    python -m benchmarks.counts_modes [--quick] [--modes marginals,fixed,aim,mst]
-                                      [--epsilons 1,2,4,inf] [--parts adult,demo]
-                                      [--json FILE]
+    python -m benchmarks --only counts_modes [--quick] [--set modes=marginals,fixed,aim,mst]
+        [--set epsilons=1,2,4,inf] [--set parts=adult,demo]
 
 Every release here is counts-only (the whole budget on the counts, row unit on Adult, the
 demo's person unit on the demo). The Adult releases each run in a child process
@@ -38,7 +37,6 @@ marginals and fixed.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -379,11 +377,16 @@ def demo_rows(n: int) -> Path:
 PARTS = ("adult", "demo")
 
 
-def run(quick: bool = False, modes: Sequence[str] | None = None,
-        epsilons: Sequence[float] | None = None,
-        parts: Sequence[str] = PARTS) -> dict[str, Any]:
+def run(quick: bool = False, modes: str | Sequence[str] | None = None,
+        epsilons: str | Sequence[float] | None = None,
+        parts: str | Sequence[str] = PARTS) -> dict[str, Any]:
+    """``modes``, ``epsilons`` and ``parts`` as sequences or comma-separated text (``--set
+    epsilons=1,2,inf``)."""
     from selpe_audit.artifact.signing import generate_keypair
 
+    if isinstance(epsilons, str):
+        epsilons = parse_epsilons(epsilons)
+    modes, parts = (v.split(",") if isinstance(v, str) else v for v in (modes, parts))
     sizes = QUICK if quick else FULL
     if modes:
         sizes = replace(sizes, modes=tuple(modes), demo_modes=tuple(modes))
@@ -421,28 +424,6 @@ def run(quick: bool = False, modes: Sequence[str] | None = None,
 BENCHMARK = Benchmark("counts_modes", run, table=table, plots=plots)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.counts_modes", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--modes", help=f"comma-separated subset of {','.join(MODES)}")
-    ap.add_argument("--epsilons", help="Adult's epsilons, e.g. 1,2,4,inf")
-    ap.add_argument("--parts", default=",".join(PARTS),
-                    help=f"comma-separated subset of {','.join(PARTS)}")
-    ap.add_argument("--json", help="also write the results to this file")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.child:  # one release, measured in this process (see release_child)
-        print(json.dumps(_child(json.loads(args.child))), flush=True)
-        return 0
-    result = run(args.quick, args.modes.split(",") if args.modes else None,
-                 parse_epsilons(args.epsilons) if args.epsilons else None,
-                 args.parts.split(","))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    raise SystemExit(main())
+if __name__ == "__main__":  # the child `release_child` starts: one release, measured alone
+    enable_opendp()  # OpenDP's contrib features, once, at the process's entry
+    print(json.dumps(_child(json.loads(sys.argv[2]))), flush=True)

@@ -1,6 +1,6 @@
 """Reading the private rows from PostgreSQL next to reading the same rows from a CSV file.
 
-    python -m benchmarks.database [--rows 100000] [--repeats 3] [--quick]
+    python -m benchmarks --only database [--quick] [--set rows=100000] [--set repeats=3]
 
 Both sides go through `read_private_rows` (read, coerce, validate every row), so the ratio
 is the cost of the database path: ADBC's PostgreSQL driver streaming Arrow batches from a
@@ -11,8 +11,6 @@ are the demo generator's (fictional); the server is the tests' throwaway cluster
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -29,7 +27,7 @@ from selpe_audit.demo.generator import generate_rows
 from selpe_audit.schema import demo_schema_path, load_schema
 
 
-def run(rows: int = 100_000, repeats: int = 3, quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, rows: int = 100_000, repeats: int = 3) -> dict[str, Any]:
     from tests.postgres import READER_PW, load_rows, postgres_bin, server
 
     if postgres_bin() is None:
@@ -68,20 +66,4 @@ def _summary(r: Result) -> str:
             "read (validation included).")
 
 
-BENCHMARK = Benchmark("database", lambda quick: run(quick=quick), summary=_summary)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=100_000)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    res = run(args.rows, args.repeats, args.quick)
-    if args.json:
-        print(json.dumps(res, default=str))
-
-
-if __name__ == "__main__":
-    main()
+BENCHMARK = Benchmark("database", run, summary=_summary)

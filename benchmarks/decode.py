@@ -1,11 +1,11 @@
 """Decode throughput and fidelity, measured side by side in one run.
 
-    python -m benchmarks.decode [--n 200] [--quick] [--llm-n N]
-                                [--artifact DIR --trust KEY.pub.pem] [--json FILE]
+    python -m benchmarks --only decode [--quick] [--set n=200] [--set llm_n=N]
+        [--set artifact=DIR --set trust=KEY.pub.pem]
 
 1. The artifact: by default a pool-mode release of the bundled demo sample (epsilon 2, half
    for counts, half for SelPE selection over a public pool of 600 fictional rows) built in a
-   temporary folder with a fresh key; or an existing one (``--artifact``, ``--trust``).
+   temporary folder with a fresh key; or an existing one (``--set artifact=DIR --set trust=PEM``).
 2. Throughput: candidates per second of each decoder, each making N x 2 candidates
    (over-generation 2): the marginals decoder, the model decoder (the release's counts
    model), the LLM decoder as it runs by default on such an artifact (hybrid: fields from
@@ -22,18 +22,16 @@
 
 ``--quick`` (smoke test): N = 60 for the marginals decoder, 2 rows for the LLM (the one
 speed-up pair is those runs), a smaller release (of the sample's first 120 rows). The LLM
-part is slow on a CPU (about 0.1-0.3 records/s on 2 cores); ``--llm-n`` sets its N on its
-own.
+part is slow on a CPU (about 0.1-0.3 records/s on 2 cores); ``--set llm_n=N`` sets its N on
+its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,6 @@ from decode.fidelity import released_tvd
 from decode.pipeline import DecodeSettings, make_decoder, plan, select
 from decode.released import Released, released_view
 from decode.select_top import artifact_kernel
-from release.dp import enable as enable_opendp
 from selpe_audit.artifact.document import read_release
 from selpe_audit.demo.generator import generate_rows
 from selpe_audit.kernel.distance import Kernel
@@ -114,8 +111,8 @@ def _fidelity(released: Released, cand: dict, settings: DecodeSettings,
     return out
 
 
-def run(n: int = 200, quick: bool = False, llm_n: int | None = None,
-        artifact: Path | None = None, trust: Path | None = None) -> dict[str, Any]:
+def run(quick: bool = False, n: int = 200, llm_n: int | None = None,
+        artifact: str | Path | None = None, trust: str | Path | None = None) -> dict[str, Any]:
     """Measure both decoders; print a table; return the numbers."""
     if quick:
         n = min(n, 60)
@@ -123,8 +120,9 @@ def run(n: int = 200, quick: bool = False, llm_n: int | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         if artifact is None:
             artifact, trust = build_artifact(Path(tmp), quick)
-        assert trust is not None, "--artifact needs --trust"
-        released = released_view(read_release(artifact, [trust]))
+        if trust is None:
+            raise ValueError("an artifact needs its trusted key: --set trust=KEY.pub.pem")
+        released = released_view(read_release(Path(artifact), [Path(trust)]))
         kernel = artifact_kernel(released, shared())[0] if released.kernel is not None else None
         result: dict[str, Any] = {"n": n, "llm_n": llm_n, "overgenerate": 2.0}
         for name, settings in _decoders(released, n, llm_n):
@@ -249,27 +247,4 @@ def _summary(r: Result) -> str:
             f"{fit(m)} (marginals), {fit(llm)} (LLM).")
 
 
-BENCHMARK = Benchmark("decode", lambda quick: run(quick=quick),  # LLM: 400 candidates (4 quick)
-                      table=_table, summary=_summary)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.decode", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=200, help="output rows (marginals; LLM default)")
-    ap.add_argument("--llm-n", type=int, help="output rows of the LLM run (default --n)")
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--artifact", type=Path, help="an existing artifact folder")
-    ap.add_argument("--trust", type=Path, help="its release public key")
-    ap.add_argument("--json", help="also write the results to this file")
-    args = ap.parse_args(argv)
-    result = run(n=args.n, quick=args.quick, llm_n=args.llm_n, artifact=args.artifact,
-                 trust=args.trust)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    raise SystemExit(main())
+BENCHMARK = Benchmark("decode", run, table=_table, summary=_summary)  # LLM: 400 candidates

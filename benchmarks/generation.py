@@ -1,6 +1,7 @@
 """Generation throughput and validity on the default model, measured side by side.
 
-    python -m benchmarks.generation [--records N] [--quick] [--repeats R] [--parallel P]
+    python -m benchmarks --only generation [--quick] [--set records=N] [--set repeats=R]
+        [--set n_parallel=P]
 
 Workload: demo-schema records for one class from a single-stage few-shot prompt (the same
 prompt, model, threads and sampling settings for every path). The paths, interleaved per
@@ -15,20 +16,18 @@ repeat, medians reported:
   ``LlamaGrammar.from_json_schema`` (one sequence, grammar applied to the whole vocabulary),
   next to our decoder on one sequence, with and without our grammar.
 
-Then a validity run: ``--records`` records (default 1000) over all classes with the default
+Then a validity run: ``records`` records (default 300) over all classes with the default
 two-stage RecordGenerator, each re-validated here against the record JSON Schema.
 Issue target: constrained/unconstrained >= 0.8 and 100 % validity.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -146,7 +145,7 @@ def _validity_run(llm: LLM, schema: Schema, cfg: GenerationConfig,
             "resampled": st.invalid, "attempts": st.attempts}
 
 
-def run(records: int = 1000, quick: bool = False, repeats: int = 5,
+def run(quick: bool = False, records: int = 300, repeats: int = 5,
         n_parallel: int = 4, per_repeat: int = 8) -> dict[str, Any]:
     """Measure everything; print a table; return the numbers (for benchmarks/__main__.py)."""
     if quick:
@@ -284,27 +283,4 @@ def _summary(r: Result) -> str:
             "valid records.")
 
 
-BENCHMARK = Benchmark("generation", lambda quick: run(records=300, quick=quick),
-                      table=_table, summary=_summary)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.generation", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=1000, help="records in the validity run")
-    ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke test)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--parallel", type=int, default=4, help="sequences decoded together")
-    ap.add_argument("--per-repeat", type=int, default=8, help="records per timed repeat")
-    ap.add_argument("--json", help="also write the results to this file")
-    args = ap.parse_args(argv)
-    result = run(records=args.records, quick=args.quick, repeats=args.repeats,
-                 n_parallel=args.parallel, per_repeat=args.per_repeat)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=2)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+BENCHMARK = Benchmark("generation", run, table=_table, summary=_summary)

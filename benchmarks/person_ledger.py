@@ -1,7 +1,7 @@
 """The lifetime ledger by person: its false matches, its speed at a million rows, and what the
 PostgreSQL store adds to a release.
 
-    python -m benchmarks.person_ledger [--quick] [--json FILE]
+    python -m benchmarks --only person_ledger [--quick]
 
 - **False matches** (a person matched to a charged person who is someone else: they share a
   spend they did not incur): the 400 demo sample rows spend the whole cap (epsilon 10); then
@@ -34,7 +34,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import command
 from benchmarks.suite import Benchmark
 from release.dp import enable as enable_opendp
 
@@ -283,14 +282,6 @@ def _summary(r: dict[str, Any]) -> str:
 BENCHMARK = Benchmark("person_ledger", run)
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--speed-child":
-        enable_opendp()
-        _speed_child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
-        return
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    command.main(__doc__, run)
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the child `speed` starts: the charge of 10^6 rows, alone
+    enable_opendp()  # OpenDP's contrib features, once, at the process's entry
+    _speed_child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -1,6 +1,6 @@
 """How long the default release of a small table takes, with and without selection.
 
-    python -m benchmarks.release_time [--quick] [--json FILE]
+    python -m benchmarks --only release_time [--quick]
 
 The 400 bundled demo rows and 600 Rotten Tomatoes review snippets (`benchmarks.reviews`,
 long text), each released on the default path (`release --data --schema`: counts only, the
@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import command
 from benchmarks.suite import Benchmark
-from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -80,8 +78,3 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 BENCHMARK = Benchmark("release_time", run)
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    command.main(__doc__, run)

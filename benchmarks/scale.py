@@ -1,6 +1,6 @@
 """Release and decode at hospital scale: time and peak memory per stage against N.
 
-    python -m benchmarks.scale [--quick] [--sizes 10000,100000,1000000] [--huge] [--json F]
+    python -m benchmarks --only scale [--quick] [--huge] [--set sizes=10000,100000,1000000]
 
 Per N demo rows (`benchmarks.counts_modes.demo_rows`, seed 7; the 10^7 file, with
 ``--huge``, is the 10^6 file ten times over with each copy's ids suffixed, so it holds 10^7
@@ -25,7 +25,6 @@ log axes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -151,11 +150,12 @@ def huge_rows(base: Path, copies: int = 10) -> Path:
 
 # ----- the run ---------------------------------------------------------------------------------
 
-def run(quick: bool = False, sizes: Sequence[int] | None = None,
+def run(quick: bool = False, sizes: int | Sequence[int] | None = None,
         huge: bool = False) -> dict[str, Any]:
     from selpe_audit.artifact.signing import generate_keypair
 
-    sizes = list(sizes or (QUICK_SIZES if quick else FULL_SIZES))
+    sizes = [sizes] if isinstance(sizes, int) else list(sizes or (QUICK_SIZES if quick
+                                                                  else FULL_SIZES))
     out: dict[str, Any] = {"sizes": sizes, "rows": []}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -271,26 +271,5 @@ def _plots(r: Result) -> list[Plot]:
 BENCHMARK = Benchmark("scale", run, plots=_plots)  # run(quick, huge=True): 10^7 rows too
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--sizes", help="comma-separated row counts (default 10^4, 10^5, 10^6)")
-    ap.add_argument("--huge", action="store_true", help="also 10^7 rows, counts only")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--json", help="also write the results to this file")
-    args = ap.parse_args(argv)
-    if args.child:
-        print(json.dumps(_child(json.loads(args.child))))
-        return 0
-    sizes = [int(float(s)) for s in args.sizes.split(",")] if args.sizes else None
-    result = run(args.quick, sizes, args.huge)
-    print(result["table"])
-    print(result["summary"])
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the child each size starts: one stage, measured alone
+    print(json.dumps(_child(json.loads(sys.argv[2]))), flush=True)

@@ -1,6 +1,6 @@
 """Cost and signal of SelPE selection, measured side by side in one run.
 
-    python -m benchmarks.selection [--batches 10] [--candidates 10000] [--quick]
+    python -m benchmarks --only selection [--quick] [--set batches=10] [--set candidates=10000]
 
 1. Cost of one round's selection for b batches and M candidates: kernel utilities
    (b x M distances) plus one OpenDP noisy max per batch. Candidate features are real
@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import time
@@ -26,7 +24,6 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.suite import Benchmark, Result, fmt, markdown_table
-from release.dp import enable as enable_opendp
 from release.dp.noisy_max import make_calibrated_noisy_max
 from release.private_data import read_private_rows
 from release.selection.selpe import batch_ids
@@ -100,7 +97,9 @@ def signal(kernel: Kernel, schema: Any, pool_size: int, b: int, reps: int) -> di
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
-def run(b: int = 10, m: int = 10_000, quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, batches: int = 10,
+        candidates: int | None = None) -> dict[str, Any]:
+    b, m = batches, candidates or (500 if quick else 10_000)
     schema = load_schema(demo_schema_path())
     kernel = Kernel(schema, shared().embedder(), KernelConfig())
     result = {"cost": cost(kernel, b, m, 1 if quick else 5),
@@ -129,30 +128,4 @@ def _summary(r: Result) -> str:
             f"(winners' mean distance to the private rows: {distances}).")
 
 
-BENCHMARK = Benchmark("selection", lambda quick: run(10, 500 if quick else 10_000, quick),
-                      table=_table, summary=_summary)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description="SelPE selection cost and signal")
-    ap.add_argument("--batches", type=int, default=10)
-    ap.add_argument("--candidates", type=int, default=10_000)
-    ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
-    args = ap.parse_args()
-    m = 500 if args.quick else args.candidates
-    r = run(args.batches, m, args.quick)
-    print(json.dumps(r, indent=2))
-    c = r["cost"]
-    print(f"one round, b={c['batches']}, M={c['candidates']:,}: utilities {c['utilities_s']:.3f} s "
-          f"+ noisy max {c['noisy_max_s']:.3f} s; featurizing M candidates would take about "
-          f"{c['featurize_m_candidates_s_est']:.0f} s "
-          f"({c['featurize_m_candidates_s_est'] / max(c['round_s'], 1e-9):.0f}x the selection)")
-    s = r["signal_mean_distance"]
-    print("mean kernel distance of winners to the private rows: "
-          + ", ".join(f"eps={k}: {v:.4f}" for k, v in s.items() if k != "random")
-          + f"; random candidates: {s['random']:.4f}")
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    main()
+BENCHMARK = Benchmark("selection", run, table=_table, summary=_summary)

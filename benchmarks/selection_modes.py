@@ -1,7 +1,7 @@
 """The three selection mechanisms side by side: SelPE, PE's vote histogram, SecPE's
 representatives.
 
-    python -m benchmarks.selection_modes [--quick]
+    python -m benchmarks --only selection_modes [--quick]
 
 1. Utility and fidelity on the triage demo at small n: for n private rows per class and
    epsilon (the whole budget to selection; delta 1e-6 for the Gaussian modes), each mode
@@ -21,8 +21,6 @@ representatives.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import time
@@ -36,7 +34,6 @@ from audits.fidelity import tvds
 from audits.utility import evaluate
 from benchmarks.suite import Benchmark, Result, markdown_table
 from release.config_sections import SelectionConfig
-from release.dp import enable as enable_opendp
 from release.dp.zcdp import calibrate_zcdp_budget
 from release.selection import PoolSource, PrivateClasses, get, run_selection
 from selpe_audit.artifact.modes import mode_names
@@ -201,41 +198,6 @@ def cost(kernel: Kernel, n: int, m: int, pe_rows: int, repeats: int,
 
 # ----- report -----------------------------------------------------------------------------
 
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def table(summary: list[dict[str, Any]], cost_: dict[str, Any]) -> str:
-    modes = (*MODES, "random", "real")
-    head = ("| n / class | epsilon | " + " | ".join(modes) + " |\n|---|---|"
-            + "---|" * len(modes))
-    lines = ["Selection modes on the triage demo (means over repetitions; synthetic set = "
-             "every round's winners from a class-agnostic candidate pool; `random` = as many "
-             "random pool candidates, `real` = the n real rows per class; neither depends "
-             "on epsilon).", "",
-             "TSTR macro AUC, TF-IDF + logistic regression / gradient boosting on "
-             "embeddings (higher is better):", "", head]
-    for r in summary:
-        lines.append(f"| {r['n']} | {r['epsilon']:g} | " + " | ".join(
-            f"{_fmt(r[m]['auc_tfidf'])} / {_fmt(r[m]['auc_hgb'])}" for m in modes) + " |")
-    lines += ["", "Fidelity, mean class-conditional 1-way / 2-way TVD to held-out real rows "
-              "(lower is better):", "", head]
-    for r in summary:
-        lines.append(f"| {r['n']} | {r['epsilon']:g} | " + " | ".join(
-            f"{_fmt(r[m]['tvd_1way'])} / {_fmt(r[m]['tvd_2way'])}" for m in modes) + " |")
-    lines += ["", f"Cost of one selection round, n = {cost_['private_rows']:,} private rows, "
-              f"M = {cost_['candidates']:,} candidates (one class, full kernel):", "",
-              "| mode | public setup (s) | private part (s) | round (s) | x selpe | timed |",
-              "|---|---|---|---|---|---|"]
-    for m in MODES:
-        c = cost_[m]
-        how = (f"{c['rows_timed']:,} rows, scaled x{cost_['private_rows'] / c['rows_timed']:g}"
-               if c["scaled_to_n"] else f"median of {c['repeats']}")
-        lines.append(f"| {m} | {c['public_setup_s']:.2f} | {c['private_s']:.2f} | "
-                     f"{c['round_s']:.2f} | {c['x_selpe']:.1f} | {how} |")
-    return "\n".join(lines)
-
-
 def run(quick: bool = False) -> dict[str, Any]:
     schema = load_schema(demo_schema_path())
     kernel = Kernel(schema, shared().embedder(), KernelConfig())
@@ -251,7 +213,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     return {"config": {"delta": DELTA, "sizes": size, "selection": "K = 3, b = 5, T rounds",
                        "epsilon": "the whole budget to selection", "kernel": "full"},
             "summary": summary, "cost": cost_,
-            "seconds": time.perf_counter() - t0, "table": table(summary, cost_)}
+            "seconds": time.perf_counter() - t0}
 
 
 def _table(r: Result) -> str:
@@ -285,17 +247,3 @@ def _summary(r: Result) -> str:
 
 # its own table is the full 12-row grid, twice: the page shows the largest n
 BENCHMARK = Benchmark("selection_modes", run, table=_table, summary=_summary)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description="selection modes side by side")
-    ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
-    args = ap.parse_args()
-    r = run(args.quick)
-    print(json.dumps({k: v for k, v in r.items() if k != "table"}, indent=2))
-    print(r["table"])
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    main()

@@ -1,6 +1,6 @@
 """Decode in shards: one process against a local Ray of 2 workers, and the merge's cost.
 
-    python -m benchmarks.shards [--quick] [--n N] [--llm-n N] [--json FILE]
+    python -m benchmarks --only shards [--quick] [--set n=N] [--set llm_n=N]
 
 On the demo pool-mode artifact (`benchmarks.decode.build_artifact`), each decoder decodes
 the same N rows twice: in one process (`decode.pipeline.run_decode`, no shards) and as 2
@@ -21,13 +21,10 @@ shows what Ray costs more than what it gains; on a cluster each worker has its o
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,23 +108,3 @@ def table(r: dict[str, Any]) -> str:
 
 
 BENCHMARK = Benchmark("shards", run)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.shards", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--n", type=int, help="rows of the model decoder (default 100,000)")
-    ap.add_argument("--llm-n", type=int, help="rows of the LLM decoder (default 8)")
-    ap.add_argument("--json", help="also write the results to this file")
-    args = ap.parse_args(argv)
-    result = run(args.quick, args.n, args.llm_n)
-    print(result["table"])
-    print(result["summary"])
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

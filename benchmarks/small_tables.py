@@ -1,7 +1,6 @@
 """Small private tables: the default release next to smartnoise-synth's AIM and MST, 400 rows up.
 
-    python -m benchmarks.small_tables [--quick] [--json FILE] [--datasets demo,adult]
-                                      [--resume DIR [--cached-only]]
+    python -m benchmarks --only small_tables [--quick] [--set datasets=demo] [--set peers=mst]
 
 Datasets (members / test rows):
 
@@ -15,17 +14,17 @@ Per dataset and size, `RELEASES` releases on the default path at epsilon 2, each
 the ``model`` decoder (as many rows as members), and as many runs of smartnoise-synth's AIM
 and MST at the same epsilon over the same public bins (`benchmarks.smartnoise_peer`, their
 own venv; free text dropped): AIM not on the full Adult (`AIM_MAX_ROWS`: an AIM run took
-7-16 minutes at 2,000 Adult rows on 2 shared cores); ``--peers mst`` runs one of them (with
-``--resume``, the other's runs later). Every side is scored with its text blanked by both
+7-16 minutes at 2,000 Adult rows on 2 shared cores); ``--set peers=mst`` runs one of them
+(with ``BENCH_RESUME``, the other's runs later). Every side is scored with its text blanked by both
 evaluators (`benchmarks.common.record_gaps`: the record evaluator's LR and gradient boosting,
 the standard tabular one's one-hot LR and native-categorical gradient boosting), as gaps to a
 same-size real sample of the members.
 
 Its demo rows are what ``selpe-audit demo`` quotes next to its own numbers, through
 `selpe_audit/data/expected_gaps.json` (`make expected-gaps` writes it from RESULTS.json,
-`benchmarks.expected_gaps`). ``--resume DIR`` keeps every
-finished run in ``DIR/runs.jsonl`` and skips it when run again (`benchmarks.common.RunCache`;
-through ``python -m benchmarks``: ``BENCH_RESUME=DIR``), so an interrupted run of several
+`benchmarks.expected_gaps`). ``BENCH_RESUME=DIR`` keeps every finished run in
+``DIR/small_tables/runs.jsonl`` and skips it when run again (`benchmarks.common.RunCache`;
+``BENCH_CACHED_ONLY=1``: the tables from those alone), so an interrupted run of several
 hours loses one run at most. ``--quick``: demo at 400 rows,
 one release and one run of each peer. A peer that fails (its venv not built by `make peers`, or
 its run exiting with an error) is a failed cell with its error in the table and the result's
@@ -40,17 +39,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import command
 from benchmarks.common import RunCache, aggregate, cell, decode, record_gaps, release
 from benchmarks.suite import Benchmark
-from release.dp import enable as enable_opendp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 EPSILON = 2.0
 DEMO_SIZES = (400, 1_000, 3_000, 20_000)
 ADULT_SIZES = (500, 2_000, None)  # None: every training row
-RELEASES = 5  # and as many runs of each peer (with ``--resume``, several sessions fill them in)
+RELEASES = 5  # and as many runs of each peer (with BENCH_RESUME, several sessions fill them in)
 AIM_MAX_ROWS = 20_000  # the full Adult above: AIM took 7-16 minutes a run at 2,000 Adult rows
 KEYS = ("dataset", "n", "synthesizer", "run")  # one run
 LARGE = 10_000  # the tables run last
@@ -253,26 +250,17 @@ def plots(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [("gap", "TSTR gap against n, ours and the peers", svg)]
 
 
-BENCHMARK = Benchmark("small_tables",
-                      lambda quick: run(quick, runs=RunCache.from_env("small_tables", KEYS)),
-                      plots=plots)
+def suite_run(quick: bool = False, datasets: str | tuple[str, ...] = ("demo", "adult"),
+              peers: str | tuple[str, ...] = PEERS) -> dict[str, Any]:
+    """`run` as the suite runs it: finished runs kept under ``$BENCH_RESUME`` (a rerun does
+    only the rest; ``BENCH_CACHED_ONLY=1``: the tables from them alone); ``datasets`` and
+    ``peers`` as names or comma-separated (``--set peers=mst``)."""
+    names = {k: tuple(v.split(",")) if isinstance(v, str) else tuple(v)
+             for k, v in (("datasets", datasets), ("peers", peers))}
+    if set(names["peers"]) - set(PEERS):
+        raise ValueError(f"peers: choose from {', '.join(PEERS)}")
+    return run(quick, names["datasets"], RunCache.from_env("small_tables", KEYS),
+               names["peers"])
 
 
-def main() -> None:
-    p = command.parser(__doc__)
-    p.add_argument("--datasets", default="demo,adult", help="demo, adult or both")
-    p.add_argument("--resume", type=Path, help="keep finished runs here; skip them when rerun")
-    p.add_argument("--cached-only", action="store_true",
-                   help="with --resume: the tables from the finished runs, nothing new run")
-    p.add_argument("--peers", default=",".join(PEERS), help="aim, mst or both (default both)")
-    a = p.parse_args()
-    peers = tuple(a.peers.split(","))
-    if set(peers) - set(PEERS):
-        p.error(f"--peers: choose from {', '.join(PEERS)}")
-    runs = RunCache(a.resume, KEYS, a.cached_only)
-    command.finish(run(a.quick, tuple(a.datasets.split(",")), runs, peers), a.json)
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    main()
+BENCHMARK = Benchmark("small_tables", suite_run, plots=plots)

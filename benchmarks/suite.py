@@ -32,8 +32,9 @@ class Benchmark:
 
     @property
     def command(self) -> str:
-        """The command that reruns it alone."""
-        return f"python -m benchmarks.{self.name}"
+        """The command that reruns it alone (its own options: ``--set NAME=VALUE``, the
+        keyword arguments of its ``run``)."""
+        return f"python -m benchmarks --only {self.name}"
 
 
 def benchmark(name: str) -> Benchmark:

@@ -1,6 +1,6 @@
 """The triage demo end to end: release -> decode -> audits, per epsilon and per ablation.
 
-    python -m benchmarks.triage [--quick] [--llm-n N] [--json FILE]
+    python -m benchmarks --only triage [--quick] [--set llm_n=N]
 
 Data: the bundled fictional sample (``selpe_audit/data/ed_triage_sample.csv``, 400 rows) is
 the private table and the audits' *members*; ``generate_rows(400, seed=1)`` (other fictional
@@ -31,10 +31,10 @@ Ablations at epsilon = 2, each checked to change what it claims to change:
 
 The LLM rows (default, no_partners, single_stage, no_select: the whole-record decoder,
 ``--whole-records``, whose prompt these ablate; and ``hybrid``, the default ``--decoder llm``
-when the artifact has a counts model) decode ``--llm-n`` rows (10 by
+when the artifact has a counts model) decode ``llm_n`` rows (10 by
 default, over-generation 2: 20 candidates per configuration) from the epsilon = 2 artifact.
 On 2 CPU cores the whole run took 6 minutes on an idle machine (LLM about 0.5 records/s)
-and 49 minutes at ``--llm-n 20`` on one shared with other LLM jobs (0.03-0.1 records/s, 36
+and 49 minutes at ``--set llm_n=20`` on one shared with other LLM jobs (0.03-0.1 records/s, 36
 minutes in the LLM). The LLM numbers are small-sample and noisy (utility
 next to a real sample of the same size; gradient boosting cannot split on 20 rows and
 scores 0.5 on both sides). Selection noise is never seeded (DP), so reruns differ.
@@ -52,7 +52,6 @@ and ROC AUC).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -76,7 +75,6 @@ from benchmarks.svg import line_chart
 from decode.pipeline import DecodeSettings
 from decode.released import Released, released_view
 from decode.writers import write_records
-from release.dp import enable as enable_opendp
 from selpe_audit.artifact.document import read_release
 from selpe_audit.demo.generator import generate_rows, write_rows
 from selpe_audit.kernel.embeddings import Embedder
@@ -368,21 +366,3 @@ def _plots(r: Result) -> list[Plot]:
 
 
 BENCHMARK = Benchmark("triage", run, summary=_summary, plots=_plots)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.triage", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--llm-n", type=int, help="rows per LLM configuration (default 10; 1 quick)")
-    ap.add_argument("--json", help="also write the results to this file")
-    args = ap.parse_args(argv)
-    result = run(args.quick, args.llm_n)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    enable_opendp()  # OpenDP's contrib features, once, at the command's entry
-    raise SystemExit(main())

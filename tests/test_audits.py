@@ -404,7 +404,7 @@ def test_model_marginals_audit_passes_and_flags_a_factor_ten(demo_schema, unit):
     pooled runs per dataset) and mu confidence 1 - 2e-4, a correct mechanism FAILs with
     probability 1e-4; a noise scale 10x too small (mu 7.9) is caught unless mu's estimate
     falls 8 standard errors short. The factor-2 check (1000 runs) is
-    `python -m benchmarks.audits`."""
+    `python -m benchmarks --only audits`."""
     good = mechanism.audit(mechanism.model_neighbours(demo_schema, 4.0, unit=unit),
                            runs=25, calibration_runs=25, confidence=STRICT,
                            mu_confidence=MU_STRICT)
@@ -652,7 +652,8 @@ def test_adaptive_model_modes_flag_a_factor_ten(demo_schema, mode):
     interval's lower end stays under the claim only if mu's estimate falls ~3.9 standard
     errors short (se about sqrt(2/n + mu^2/4n) = 0.74 at mu 4.6), and it falls under 3x the
     claim only ~4.5 short: a false failure about 1e-4 (at 20 runs and 99 % it was ~2e-5, in
-    40 % more runs). The default 100 runs catch a factor 2 (`python -m benchmarks.audits`)."""
+    40 % more runs). The default 100 runs catch a factor 2 (`python -m benchmarks --only
+    audits`)."""
     bad = mechanism.audit(mechanism.model_neighbours(demo_schema, 2.0, mode=mode,
                                                      scale_factor=0.1),
                           runs=7, calibration_runs=7, confidence=0.9, mu_confidence=0.9)

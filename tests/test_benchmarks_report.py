@@ -109,9 +109,26 @@ def test_every_study_is_one_record_in_the_registry():
     for name in STUDIES:
         b = benchmark(name)
         assert b.name == name and callable(b.run), name
-        assert b.command == f"python -m benchmarks.{name}"
+        assert b.command == f"python -m benchmarks --only {name}"
     with pytest.raises(KeyError, match="choose from"):
         benchmark("budget_parts")  # retired: its numbers only
+
+
+def test_a_study_takes_only_its_own_options():
+    """``--set NAME=VALUE`` reaches one study's run as a keyword (a Python literal where it
+    reads as one); a name its run does not take, or a second study, is refused before
+    anything runs, naming what it does take."""
+    from benchmarks.__main__ import _options
+
+    assert _options(["sizes=10000,100000", "peers=mst", "n=3"]) == {
+        "sizes": (10000, 100000), "peers": "mst", "n": 3}
+    cmd = [sys.executable, "-m", "benchmarks", "--out", "/nonexistent/RESULTS.md"]
+    r = subprocess.run([*cmd, "--only", "counts", "--set", "nope=1"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "counts takes rows, repeats; not nope" in r.stderr
+    r = subprocess.run([*cmd, "--only", "counts,selection", "--set", "rows=5"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "apply to one study" in r.stderr
 
 
 def test_the_image_timings_script_says_what_it_needs():

@@ -181,7 +181,7 @@ def test_mu_audit_flags_a_factor_ten_in_the_noise(demo_schema, mode):
     """Issue 18 item 6: a noise scale 10x too small (mu 1.9 against a claim of 0.19), 200
     pooled runs per dataset: the 99 % lower end stays under the claim only if mu's estimate
     falls 11 standard errors short. (A factor 2 at 1,000 runs was caught all but 1 time in
-    200: that check is `python -m benchmarks.audits`.)"""
+    200: that check is `python -m benchmarks --only audits`.)"""
     bad = mechanism.audit(mechanism.gaussian_neighbours(demo_schema, mode, 1.0,
                                                         scale_factor=0.1), runs=100,
                           calibration_runs=100)
