@@ -86,16 +86,16 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {', '.join(unknown)}; "
                          f"choose from {', '.join(STUDIES)}")
-    options = _options(args.set) | ({"huge": True} if args.huge else {})
+    options = parse_options(args.set) | ({"huge": True} if args.huge else {})
     if options:
-        _check_options(names, args.quick, options)
+        check_options(names, args.quick, options)
     failed = run_benchmarks(names, args.quick, out, options)
     print(f"wrote {out}")
     if failed:
         raise SystemExit(1)
 
 
-def _options(pairs: list[str]) -> dict[str, Any]:
+def parse_options(pairs: list[str]) -> dict[str, Any]:
     """``--set NAME=VALUE`` pairs as keyword arguments: a value is a Python literal where it
     reads as one (``10000,100000`` is a tuple), else its text."""
     out = {}
@@ -110,7 +110,7 @@ def _options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def _check_options(names: list[str], quick: bool, options: dict[str, Any]) -> None:
+def check_options(names: list[str], quick: bool, options: dict[str, Any]) -> None:
     """Options go to one study, and only those its run takes (refused before anything runs,
     naming the ones it does take)."""
     if len(names) != 1:

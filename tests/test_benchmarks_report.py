@@ -118,9 +118,9 @@ def test_a_study_takes_only_its_own_options():
     """``--set NAME=VALUE`` reaches one study's run as a keyword (a Python literal where it
     reads as one); a name its run does not take, or a second study, is refused before
     anything runs, naming what it does take."""
-    from benchmarks.__main__ import _options
+    from benchmarks.__main__ import parse_options
 
-    assert _options(["sizes=10000,100000", "peers=mst", "n=3"]) == {
+    assert parse_options(["sizes=10000,100000", "peers=mst", "n=3"]) == {
         "sizes": (10000, 100000), "peers": "mst", "n": 3}
     cmd = [sys.executable, "-m", "benchmarks", "--out", "/nonexistent/RESULTS.md"]
     r = subprocess.run([*cmd, "--only", "counts", "--set", "nope=1"], capture_output=True,
