@@ -89,10 +89,11 @@ class ReleasePlan:
         return self.split.marginals(len(self.vocabulary_fields))
 
 
-def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount) -> ReleasePlan:
-    """The plan for a table of ``size`` rows (a DP count); public inputs otherwise."""
+def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount,
+                 split: BudgetSplit) -> ReleasePlan:
+    """The plan for a table of ``size`` rows (a DP count, which spent ``split``'s
+    size_epsilon); public inputs otherwise."""
     rows = max(0, size.value)
-    split = budget_split(cfg, schema)
     choices = _split_choices(cfg, schema)
     vocab = []
     eps, delta = split.vocabulary

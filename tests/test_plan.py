@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -88,11 +89,13 @@ def test_the_workload_reads_the_schema_and_the_count_only(tmp_path, keys):
     assert (tmp_path / "a.csv").read_bytes() != (tmp_path / "b.csv").read_bytes()
     schema = load_schema(cfg_a.schema)
     docs = [read_release(run_release(cfg).path.parent, [pub]).doc for cfg in (cfg_a, cfg_b)]
+    def replanned(cfg: Any, plan: dict) -> dict:
+        return json_form(plan_release(cfg, schema, _count(plan), budget_split(cfg, schema)).record)
+
     for cfg, doc in zip((cfg_a, cfg_b), docs, strict=True):
-        plan = doc["budget"]["plan"]
-        assert json_form(plan_release(cfg, schema, _count(plan)).record) == plan
+        assert replanned(cfg, doc["budget"]["plan"]) == doc["budget"]["plan"]
     plan_a = docs[0]["budget"]["plan"]
-    assert json_form(plan_release(cfg_b, schema, _count(plan_a)).record) == plan_a
+    assert replanned(cfg_b, plan_a) == plan_a
     # the released model follows the plan: u measured alone, w over merged bins (a noisy
     # count of 120 rows would have to pass 300 for either to change: scale 20)
     model = parse_model(docs[0]["counts"]["model"])
@@ -123,7 +126,8 @@ def test_the_budget_split_is_computed_once_and_adds_up(tmp_path, keys, demo_sche
         eps, delta = split.marginals(n)
         assert eps + split.size_epsilon + n * split.vocabulary[0] == pytest.approx(1.8)
         assert delta + n * split.vocabulary[1] == pytest.approx(split.counts[1])
-    plan = plan_release(cfg, demo_schema, NoisyCount(100_000, "Integer Laplace", 20.0, 0.15))
+    plan = plan_release(cfg, demo_schema, NoisyCount(100_000, "Integer Laplace", 20.0, 0.15),
+                        budget_split(cfg, demo_schema))
     assert plan.split == split and plan.vocabulary_fields == ("chief_complaint",)
     assert plan.marginals == split.marginals(1)
 

@@ -37,8 +37,9 @@ def size_and_plan(cfg: ReleaseConfig, schema: Schema, rows: pl.DataFrame,
     """The rows as codes (`derive_frame`: each person's rows cut to their bound), then one
     DP count of them and each part of the release sized from it and public facts."""
     frame = derive_frame(rows, schema, cfg.counts, person_field).collect()
-    size = measure_size(frame.lazy(), unit, budget_split(cfg, schema).size_epsilon)
-    plan = plan_release(cfg, schema, size)
+    split = budget_split(cfg, schema)  # once: the count, the plan and every stage read it
+    size = measure_size(frame.lazy(), unit, split.size_epsilon)
+    plan = plan_release(cfg, schema, size, split)
     log.write(f"plan: about {plan.rows} rows; vocabularies: "
               f"{', '.join(plan.vocabulary_fields) or 'none'}")
     entry = LedgerEntry(
