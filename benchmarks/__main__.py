@@ -115,13 +115,14 @@ def check_options(names: list[str], quick: bool, options: dict[str, Any]) -> Non
     naming the ones it does take)."""
     if len(names) != 1:
         raise SystemExit("--set and --huge apply to one study: name it alone in --only")
-    run = benchmark(names[0]).run
+    signature = inspect.signature(benchmark(names[0]).run)
     try:
-        inspect.signature(run).bind(quick, **options)
+        signature.bind(quick, **options)
     except TypeError:
-        takes = [p for p in inspect.signature(run).parameters if p != "quick"]
+        takes = [p for p in signature.parameters if p != "quick"]
+        wrong = [k for k in options if k not in takes] or list(options)
         raise SystemExit(f"{names[0]} takes {', '.join(takes) or 'no options'}; "
-                         f"not {', '.join(options)}") from None
+                         f"not {', '.join(wrong)}") from None
 
 
 def run_benchmarks(names: list[str], quick: bool, out: Path,
