@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint install peers bench expected-gaps wheelhouse doctor base-image image \
+.PHONY: demo test test-fast lint install peers peer-mostlyai bench expected-gaps wheelhouse doctor base-image image \
 	image-decode image-test
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh scripts/install-llama.sh
@@ -30,6 +30,11 @@ lint: $(VENV)/.installed
 peers: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.smartnoise_peer --build
 
+# MOSTLY AI's engine for the persons benchmark (benchmarks.mostlyai_peer; torch, transformers,
+# opacus: about 2.7 GB), built the same way; only `make bench` (the full run) needs it.
+peer-mostlyai: $(VENV)/.installed
+	$(BIN)/python -m benchmarks.mostlyai_peer --build
+
 # One pytest worker per usable CPU, each kept to its own CPU (tests/conftest.py); a test file
 # runs whole on one worker, the benchmark smoke runs and audits one by one, longest first.
 # `make test PARALLEL=` runs in one process.
@@ -46,7 +51,7 @@ test: lint peers
 test-fast: lint
 	$(BIN)/python -m pytest $(PARALLEL) -m "not model and not slow and not peer and not install"
 
-bench: $(VENV)/.installed peers
+bench: $(VENV)/.installed peers peer-mostlyai
 	$(BIN)/python -m benchmarks
 
 # The gaps `selpe-audit demo` quotes, from the last full small_tables run in RESULTS.json.

@@ -23,6 +23,7 @@ import numpy as np
 from release.private_data import PrivateTable, read_private_rows
 from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.errors import UserError
+from selpe_audit.person_schema import KEYWORDS as PERSON_KEYWORDS
 from selpe_audit.schema import Schema, load_schema, parse_schema
 
 RELEASE_FILE = "release.json"  # the marker of an artifact folder (selpe_audit.artifact.document)
@@ -31,10 +32,12 @@ REPORT_NOTE = ("computed from private rows; not a DP output - keep this report i
 
 
 def record_schema(schema: Schema) -> Schema:
-    """The schema of a synthetic record: the same fields, no person id."""
+    """The schema of a synthetic record: the same fields, no person id (and so no person
+    structure)."""
     if schema.id_field is None:
         return schema
-    raw = {k: v for k, v in schema.raw.items() if k != "x-id"}
+    # without the id a record has no person: the person structure goes with it
+    raw = {k: v for k, v in schema.raw.items() if k != "x-id" and k not in PERSON_KEYWORDS}
     raw["properties"] = {k: v for k, v in schema.raw["properties"].items()
                          if k != schema.id_field}
     raw["required"] = [k for k in schema.raw.get("required", []) if k != schema.id_field]

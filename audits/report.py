@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from audits import fidelity, mia, utility
+from audits import fidelity, mia, people, utility
 from audits.io import (
     jsonable,
     load_embedder,
@@ -47,7 +47,7 @@ from selpe_audit.artifact.canonical import atomic_write_bytes
 from selpe_audit.artifact.view import ReleaseView
 from selpe_audit.errors import UserError
 from selpe_audit.kernel.private_text import TextEncoder
-from selpe_audit.schema import Field, Schema
+from selpe_audit.schema import Field, Schema, load_schema
 
 Row = dict[str, Any]
 #: Categories shown per field; the rest are pooled into one bar (high-cardinality text).
@@ -424,11 +424,32 @@ def audit_report(synthetic: Any, real_train: Any, real_test: Any,  # noqa: PLR09
               "schema": schema}
     config = {"seed": seed, "max_targets": max_targets,
               "embedder": embedder or "bundled default", "sdmetrics": sdmetrics}
+    full = load_schema(schema)
+    if full.persons is not None:
+        result["people"] = _people(full, synthetic, real_train, real_test, view, seed)
     doc = make_report("report", inputs, config, result, t0)
     doc["dataset"] = view.dataset if view is not None else record_schema.name
     if view is not None:
         doc["artifact"] = _artifact_block(view, artifact, bool(trust))
     return Report(doc)
+
+
+def _people(schema: Schema, synthetic: Any, real_train: Any, real_test: Any,
+            view: ReleaseView | None, seed: int) -> dict[str, Any]:
+    """The people section's numbers (`audits.people`), each person's first ``cap`` visits
+    (the artifact's cap, else 3); a note when the synthetic records carry no person id
+    (independent visits)."""
+    try:
+        syn, train, test = (read_private_rows(_source(x), schema, invalid="drop").frame
+                            for x in (synthetic, real_train, real_test))
+    except UserError:
+        syn = train = test = None
+    if syn is None or syn.is_empty() or train.is_empty() or test.is_empty():
+        return {"note": f"the synthetic records carry no valid person id ({schema.id_field}):"
+                        " they are independent visits (an artifact without people tables), "
+                        "so there are no people to compare"}
+    cap = view.persons.cap if view is not None and view.persons is not None else 3
+    return people.people_report(syn, train, test, schema, cap, seed)
 
 
 def _artifact_block(view: ReleaseView, artifact: Any, verified: bool) -> dict[str, Any]:

@@ -72,25 +72,28 @@ def paired_bars(title: str, labels: Sequence[str], real: Sequence[float | None],
 
 
 def heatmap(title: str, labels: Sequence[str], matrix: Sequence[Sequence[float | None]], *,
-            domain: tuple[float, float] = (0.0, 1.0), diverging: bool = False) -> str:
-    """A square matrix as coloured cells with their values (blank: undefined)."""
-    n = len(labels)
-    cell = max(18, min(34, 300 // max(n, 1)))
-    label_w = min(150, max(60, round(6.5 * max((len(_short(x, 22)) for x in labels),
+            domain: tuple[float, float] = (0.0, 1.0), diverging: bool = False,
+            columns: Sequence[str] | None = None) -> str:
+    """A matrix as coloured cells with their values (blank: undefined): rows ``labels``,
+    columns ``columns`` (default the same labels: a square matrix)."""
+    cols = list(labels if columns is None else columns)
+    n, m = len(labels), len(cols)
+    cell = max(18, min(34, 300 // max(n, m, 1)))
+    label_w = min(150, max(60, round(6.5 * max((len(_short(x, 22)) for x in (*labels, *cols)),
                                                 default=4)) + 12))
-    width, height = label_w + cell * n + 40, label_w + cell * n + 8
+    width, height = label_w + cell * m + 40, label_w + cell * n + 8
     lo, hi = domain
     parts = [_svg_open(width, height, title)]
     for i, name in enumerate(labels):
-        short = _e(_short(name, 22))
         y = label_w + i * cell
         parts.append(f'<text class="rowlabel" x="{label_w - 6}" y="{y + cell / 2 + 4:.0f}" '
-                     f'text-anchor="end"><title>{_e(name)}</title>{short}</text>')
-        cx = label_w + i * cell + cell / 2
+                     f'text-anchor="end"><title>{_e(name)}</title>{_e(_short(name, 22))}</text>')
+    for j, name in enumerate(cols):
+        cx = label_w + j * cell + cell / 2
         parts.append(f'<text class="rowlabel" transform="translate({cx + 4:.0f},{label_w - 6}) '
-                     f'rotate(-60)"><title>{_e(name)}</title>{short}</text>')
+                     f'rotate(-60)"><title>{_e(name)}</title>{_e(_short(name, 22))}</text>')
     for i in range(n):
-        for j in range(n):
+        for j in range(m):
             v = matrix[i][j]
             x, y = label_w + j * cell, label_w + i * cell
             if v is None:
@@ -101,7 +104,7 @@ def heatmap(title: str, labels: Sequence[str], matrix: Sequence[Sequence[float |
             fill = _diverging(v, max(abs(lo), abs(hi))) if diverging else _sequential(t)
             ink = "#fff" if (abs(v) / max(abs(lo), abs(hi)) if diverging else t) > 0.55 \
                 else "#1d2430"
-            tip = f"{labels[i]} × {labels[j]}: {v:.3f}"
+            tip = f"{labels[i]} × {cols[j]}: {v:.3f}"
             parts.append(f'<g><title>{_e(tip)}</title><rect x="{x}" y="{y}" width="{cell - 1}" '
                          f'height="{cell - 1}" fill="{fill}"/><text x="{x + cell / 2:.1f}" '
                          f'y="{y + cell / 2 + 4:.1f}" text-anchor="middle" class="hm" '

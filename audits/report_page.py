@@ -193,6 +193,41 @@ def _utility(u: dict[str, Any]) -> str:
                               "gap"], rows))
 
 
+def _people(p: dict[str, Any] | None) -> str:
+    """Synthetic people against the real ones (a schema with person structure)."""
+    if not p:
+        return ""
+    if "note" in p:
+        return _section("people", "People", f"<p>{_e(p['note'])}</p>")
+    v, g = p["visits"], p["gaps"]
+    bars = (_chart(paired_bars("visits per person (share of people)", v["labels"], v["real"],
+                               v["synthetic"]))
+            + _chart(paired_bars("gap to the next visit (share of steps)", g["labels"],
+                                 g["real"], g["synthetic"])))
+    maps = "".join(
+        f"<div><h4>{_e(f)} &rarr; next, {_e(side)}</h4>"
+        + _chart(heatmap(f"{f} -> next, {side}", t["rows"], t[side], columns=t["columns"]))
+        + "</div>" for f, t in p["steps"].items() for side in ("real", "synthetic"))
+    tvd = p["tvd"]
+    rows = [[_e(k), _e(_f(x))] for k, x in tvd.items()]
+    r, mia = p["return_tstr"], p["mia"]
+    return _section("people", "People", (
+        f"<p>Each person's first {_e(p['cap'])} visits in order (the last bar: that many or "
+        f"more). Visits-per-person TVD {_e(_f(p['visits_tvd']))}; the next visit's label given "
+        "each transition field (a row's shares, &times; 100), real and synthetic; the gap "
+        "bins.</p>" + bars + f'<div class="maps">{maps}</div>'
+        + "<h3>Transitions: TVD, synthetic against real</h3>" + _table(["step", "TVD"], rows)
+        + "<h3>Return visits and people</h3>" + _table(["measure", "value"], [
+            ["return-visit TSTR AUC (from the first visit, comes back?)",
+             _e(f"{_f(r['synthetic'])} trained on synthetic people, {_f(r['real_sample'])} on "
+                "as many real people")],
+            ["C2ST AUC on per-person aggregates (0.5: indistinguishable)",
+             _e(_f(p["c2st_auc"]))],
+            ["person-level MIA (nearest synthetic person): AUC, advantage",
+             _e(f"{_f(mia['auc'])}, {_f(mia['advantage'])} ({mia['members']} members, "
+                f"{mia['non_members']} non-members)")]])))
+
+
 def _text(u: dict[str, Any]) -> str:
     text = u.get("text") or {}
     if not text:
@@ -292,10 +327,12 @@ def render_report_html(report: dict[str, Any]) -> str:
     nav = [("summary", "Summary"), ("guarantee", "Guarantee"), ("validity", "Validity"),
            ("fields", "Fields"), ("associations", "Associations"), ("utility", "TSTR"),
            *([("text", "Text")] if r["utility"].get("text") else []),
+           *([("people", "People")] if r.get("people") else []),
            ("mia", "Membership inference"), ("sdmetrics", "SDMetrics"), ("inputs", "Inputs")]
     body = (_summary(r, art) + _guarantee(art) + _validity(r["validity"]) + _fields(r)
             + _associations(r["associations"]) + _utility(r["utility"]) + _text(r["utility"])
-            + _mia(r["mia"]) + _sdmetrics(r.get("sdmetrics", {})) + _inputs(report))
+            + _people(r.get("people")) + _mia(r["mia"]) + _sdmetrics(r.get("sdmetrics", {}))
+            + _inputs(report))
     return html_page(
         f"selpe-audit report: {report.get('dataset') or ''} (enclave only)",
         STYLE + _EXTRA_STYLE, _header(report)

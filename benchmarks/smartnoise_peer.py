@@ -35,36 +35,42 @@ class PeerFailed(RuntimeError):
     """A peer run that did not produce records: the cell's error in a benchmark's table."""
 
 
-def venv_path() -> Path:
-    """Where the peer's venv lives: `SELPE_PEER_VENV`, or the cache, keyed by REQUIREMENTS."""
-    if os.environ.get("SELPE_PEER_VENV"):
+def venv_path(name: str = "smartnoise", requirements: list[str] = REQUIREMENTS) -> Path:
+    """Where a peer's venv lives: `SELPE_PEER_VENV` (smartnoise's), or the cache, keyed by
+    its requirements."""
+    if name == "smartnoise" and os.environ.get("SELPE_PEER_VENV"):
         return Path(os.environ["SELPE_PEER_VENV"])
-    key = hashlib.sha256("\n".join(REQUIREMENTS).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "selpe-audit" / f"venv-smartnoise-{key}"
+    return cache / "selpe-audit" / f"venv-{name}-{key}"
 
 
-def peer_python() -> Path:
-    """The peer venv's python; `PeerFailed` when `make peers` has not built it."""
-    venv = venv_path()
+def peer_python(name: str = "smartnoise", requirements: list[str] = REQUIREMENTS,
+                make: str = "make peers") -> Path:
+    """A peer venv's python; `PeerFailed` when ``make`` has not built it."""
+    venv = venv_path(name, requirements)
     if not (venv / ".built").exists():
-        raise PeerFailed(f"the smartnoise-synth venv is not built ({venv}): run `make peers`")
+        raise PeerFailed(f"the {name} venv is not built ({venv}): run `{make}`")
     return venv / "bin" / "python"
 
 
-def build_env() -> Path:
-    """Build the peer's venv (a no-op when it is there); the marker file is written last,
-    so a build cut short is built again."""
-    venv = venv_path()
+def build_env(name: str = "smartnoise", requirements: list[str] = REQUIREMENTS,
+              check: str = "import snsynth", drop: tuple[str, ...] = ()) -> Path:
+    """Build a peer's venv (a no-op when it is there): each requirement in turn (torch
+    first: the CPU build from local disk), then ``drop`` uninstalled, then ``check`` run;
+    the marker file is written last, so a build cut short is built again."""
+    venv = venv_path(name, requirements)
     if (venv / ".built").exists():
         return venv
     python = venv / "bin" / "python"
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    for req in REQUIREMENTS:  # torch alone first: the CPU build from local disk
+    for req in requirements:
         subprocess.run([str(python), "-m", "pip", "install", "-q",
                         "--disable-pip-version-check", req], check=True)
-    subprocess.run([str(python), "-c", "import snsynth"], check=True)
-    (venv / ".built").write_text("\n".join(REQUIREMENTS) + "\n")
+    if drop:
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", *drop], check=True)
+    subprocess.run([str(python), "-c", check], check=True)
+    (venv / ".built").write_text("\n".join(requirements) + "\n")
     return venv
 
 

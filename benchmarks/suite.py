@@ -15,7 +15,7 @@ Plot = tuple[str, str, str]  # (file stem, caption, svg text)
 #: every live study, in the page's order (retired ones keep only their numbers in RESULTS.json)
 STUDIES = ("small_tables", "release_time", "person_ledger", "counts", "selection",
            "selection_modes", "counts_modes", "triage", "decode", "shards", "scale",
-           "generation", "database", "audits", "api")
+           "generation", "database", "audits", "api", "persons")
 
 
 @dataclass(frozen=True)

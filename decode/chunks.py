@@ -81,6 +81,7 @@ class ChunkStats:
     fit: dict[str, float] = field(default_factory=dict)
     cells: dict[str, list[list[int]]] = field(default_factory=dict)       # of the rows
     cand_cells: dict[str, list[list[int]]] = field(default_factory=dict)  # of the candidates
+    people: dict[str, int] = field(default_factory=dict)  # `decode.people`'s counts
 
     @classmethod
     def empty(cls) -> ChunkStats:
@@ -95,8 +96,9 @@ class ChunkStats:
         self.resumed += other.resumed
         self.checked += other.checked
         self.candidates_valid += other.candidates_valid
-        for k, v in other.fit.items():
-            self.fit[k] = self.fit.get(k, 0) + v
+        for mine_n, theirs_n in ((self.fit, other.fit), (self.people, other.people)):
+            for k, v in theirs_n.items():
+                mine_n[k] = mine_n.get(k, 0) + v
         for mine, theirs in ((self.cells, other.cells), (self.cand_cells, other.cand_cells)):
             for name, table in theirs.items():
                 old = mine.get(name)

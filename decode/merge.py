@@ -51,7 +51,7 @@ def merge_shards(out: Path, released: Released, docs: list[Doc], seconds: float,
     for i, doc in enumerate(docs):
         path = shard_path(out, Part(i, count))
         _check_part(path, doc, docs[0], Part(i, count), artifact_sha256)
-        frames.append(read_jsonl(path, released.schema))
+        frames.append(read_jsonl(path, released.output_schema))
     df = pl.concat(frames)
     sha = write_frame(out, df)
     rows = df.to_dicts()

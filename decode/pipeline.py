@@ -41,6 +41,7 @@ from decode.decoders.model import NO_MODEL
 from decode.fidelity import cell_counts, tvd_from_counts
 from decode.fit import FitConfig, class_margins, fit_class, l1_distance
 from decode.merge import merge_shards
+from decode.people import assemble_people
 from decode.progress import GenerationProgress
 from decode.released import Released, released_view
 from decode.select_top import artifact_kernel, closest, winner_distances
@@ -68,6 +69,7 @@ __all__ = ["PROVENANCE_FORMAT", "DecodeResult", "DecodeSettings", "plan", "run_d
 
 DEFAULT_DECODER = "llm"
 _FIT_STREAM = 2  # seeds of the fit's draws, apart from the marginals (1) and model (3) decoders
+_PEOPLE_STREAM = 4  # seeds of the people's assembly (`decode.people`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,6 +326,8 @@ def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettin
     doc["generation"] = {"records_this_run": total.made, "resumed": total.resumed,
                          "seconds": round(seconds, 3),
                          "records_per_s": round(total.made / seconds, 3) if seconds else None}
+    if total.people:
+        doc["people"] = total.people
     stats = getattr(decoder, "stats", None)  # LLM decoders: counters, no content
     if stats is not None:
         doc["generation"]["llm"] = {k: round(v, 3) if isinstance(v, float) else v
@@ -364,15 +368,24 @@ def _decode_chunk(released: Released, settings: DecodeSettings, part: Part,
             chosen = select(released, cand, ch.rows, settings, tools.kernel, part,
                             chunk=ch.index)
         syn_rows = [r for c in released.classes for r in chosen.syn_rows[c]]
+        people = None
+        if released.people is not None:
+            people = assemble_people(syn_rows, released.people, np.random.default_rng(
+                [part.seed(settings.seed), _PEOPLE_STREAM, ch.index]))
+            syn_rows = people.rows
         cand_rows = [r for c in released.classes for r in cand[c]]
         stats = ChunkStats(
             rows={str(c): len(chosen.syn_rows[c]) for c in released.classes},
             candidates={str(c): len(cand[c]) for c in released.classes},
-            made=made, resumed=ckpt.resumed, checked=check_records(syn_rows, released.schema),
+            made=made, resumed=ckpt.resumed,
+            checked=check_records(syn_rows, released.output_schema),
             candidates_valid=count_valid(cand_rows, released.schema),
             fit={k: v for k, v in chosen.notes["fit"].items() if k != "applied"},
-            cells=cell_counts(released, syn_rows), cand_cells=cell_counts(released, cand_rows))
-        sha = write_records(target, syn_rows, released.schema)
+            cells=cell_counts(released, syn_rows), cand_cells=cell_counts(released, cand_rows),
+            people={} if people is None else {
+                "people": people.people, "relabelled": people.relabelled,
+                "unmatched": people.unmatched})
+        sha = write_records(target, syn_rows, released.output_schema)
     except BaseException:
         ckpt.close()
         raise

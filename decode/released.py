@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from decode.people import PeopleModel, people_model
 from selpe_audit.artifact.document import VerifiedRelease
 from selpe_audit.artifact.model_block import CountsModel, Topics
 from selpe_audit.artifact.records import Cohort, Histogram
@@ -33,6 +34,13 @@ class Released:
     winners: dict[Any, list[dict[str, Any]]]   # per class: latest round first, no repeats
     partners: dict[Any, list[dict[str, Any]]]  # per class: latest round first, no repeats
     kernel: dict[str, Any] | None               # the selection's kernel description
+    people: PeopleModel | None = None           # the people tables (person structure)
+
+    @property
+    def output_schema(self) -> Schema:
+        """The schema the written records follow: with the person id when people are
+        decoded (`decode.people`), else the records' own."""
+        return self.schema if self.people is None else self.schema.with_person_ids()
 
     def class_index(self, class_value: Any) -> int:
         return self.classes.index(class_value)
@@ -111,6 +119,7 @@ def released_view(rel: VerifiedRelease) -> Released:
         for c, recs in view.selection.latest_first("partner").items():
             partners[c] = recs
         kernel = dict(view.selection.kernel or {})
+    people = None if view.persons is None else people_model(view.persons, schema)
     return Released(view, schema, classes,
                     np.asarray(counts.class_balance.dp_counts, dtype=np.int64),
-                    winners, partners, kernel)
+                    winners, partners, kernel, people)

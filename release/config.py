@@ -103,6 +103,7 @@ from release.config_sections import (
     MAX_DELTA,
     BudgetConfig,
     CountsConfig,
+    PersonsConfig,
     PrivacyUnitConfig,
     SelectionConfig,
     setting,
@@ -142,6 +143,7 @@ class ReleaseConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     privacy_unit: PrivacyUnitConfig = field(default_factory=PrivacyUnitConfig)
     counts: CountsConfig = field(default_factory=CountsConfig)
+    persons: PersonsConfig = field(default_factory=PersonsConfig)
     selection: SelectionConfig = field(default_factory=SelectionConfig)
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from release.config_sections import (
     BudgetConfig,
     CohortSpec,
     CountsConfig,
+    PersonsConfig,
     PrivacyUnitConfig,
     RateSpec,
     SelectionConfig,
@@ -40,7 +41,8 @@ class CliSetting:
 
 #: The sections' classes by TOML table (each is also the ReleaseConfig field of that name).
 _SECTION_TYPES = {"budget": BudgetConfig, "privacy_unit": PrivacyUnitConfig,
-                  "counts": CountsConfig, "selection": SelectionConfig}
+                  "counts": CountsConfig, "persons": PersonsConfig,
+                  "selection": SelectionConfig}
 #: settings whose TOML key is not their field's name (budget's two shares)
 _TOML_NAMES = {("budget", "counts_share"): "counts", ("budget", "selection_share"): "selection"}
 #: fields set by their own TOML tables ([[cohorts]], [[rates]], [selection.<mode>]), not as

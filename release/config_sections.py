@@ -269,6 +269,24 @@ class CountsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PersonsConfig:
+    """[persons]: the people tables of a schema with person structure (``x-order``,
+    `selpe_audit.person_schema`); ignored without it."""
+
+    person_share: float = 0.3  # of the counts' epsilon, when every people table runs
+    visits_cap: int = setting(
+        3, "a person's visits the people tables read (the first ones, in order; the "
+        "visits-per-person count's last value reads 'cap or more')")
+
+    def __post_init__(self) -> None:
+        if not 0 < self.person_share < 1:
+            raise UserError("config: persons.person_share must be a share in (0, 1)")
+        if not 2 <= self.visits_cap <= 10:
+            raise UserError("config: persons.visits_cap must be from 2 to 10 (visits of a "
+                            "person the people tables read)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SelectionConfig:
     """[selection]: the loop's T, K, b, q and schedule, the mode (see
     `selpe_audit.artifact.modes`) and its settings, and where candidates come from."""

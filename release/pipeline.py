@@ -30,9 +30,10 @@ from release.dp.unit import UNIT_COL, PrivacyUnit
 from release.installation import Installation, load_installation
 from release.ledger import LifetimeLedger
 from release.ledger_people import NO_LINKAGE_TO_LEAVE_OUT
-from release.spent import check_within_budget, ledger_entries, total_spent
+from release.spent import Spent, check_within_budget, total_spent
 from release.stages.counts import release_counts
 from release.stages.document import build_document
+from release.stages.persons import release_people
 from release.stages.phrases import code_rows
 from release.stages.prepare import check_writable, load_public_inputs, person_field
 from release.stages.rows import read_and_charge
@@ -92,15 +93,17 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
     t_counts = time.perf_counter()
     with con.status(f"noisy counts ({cfg.counts.mode}, OpenDP)"):
         frame, sized = size_and_plan(cfg, schema, table.frame, unit, person, log)
+        people = release_people(schema, table.frame, person, sized.plan, log)
+        before = sized.spent + (people.spent if people is not None else Spent())
         coded = code_rows(cfg, schema, table.frame, frame, unit, person, inputs.codebooks,
                           inputs.embedder, log, sized.plan)
         del frame
         if inputs.source is None:  # counts only: the typed rows are not read again (2.3 GB
             del table  # at 10^7 rows, no longer under the counts' peak)
         counts = release_counts(cfg, schema, coded, unit, inputs.codebooks, sized.plan,
-                                sized.spent)
+                                before)
     log.write(f"counts ({cfg.counts.mode}) in {time.perf_counter() - t_counts:.2f} s")
-    stages = [sized, coded, counts]
+    stages = [sized, *([people] if people is not None else []), coded, counts]
     selection = None
     if inputs.source is not None and inputs.kernel is not None:
         t_selection = time.perf_counter()
@@ -116,9 +119,10 @@ def _release(cfg: ReleaseConfig, con: Console, models: Models,
         stages.append(selection)
     spent = total_spent(stages)
     check_within_budget(spent, cfg.budget.epsilon, cfg.release_delta)
-    doc = build_document(cfg, schema, key_id(key.public_key()), ledger_entries(stages), spent,
-                         counts.block, selection, lifetime=reservation.lifetime,
-                         source_key=ledger.store.key(), plan=sized.plan)
+    doc = build_document(cfg, schema, key_id(key.public_key()), stages, counts.block,
+                         selection, lifetime=reservation.lifetime,
+                         source_key=ledger.store.key(), plan=sized.plan,
+                         persons=people.block if people is not None else None)
     path, written = write_and_sign(cfg, doc)
     ledger.finish(reservation.id, "released", epsilon=spent.epsilon, delta=spent.delta)
     log.write(f"wrote and signed the artifact {time.perf_counter() - reservation.started:.2f} "

@@ -27,6 +27,7 @@ from release.counts.workload import Workload, public_workload, size_workload
 from release.dp.counts import NoisyCount
 from release.dp.partition import partition_threshold
 from release.dp.zcdp import calibrate_zcdp_budget
+from release.persons import PeoplePlan
 from selpe_audit.artifact.records import Plan, PlanChoice
 from selpe_audit.schema import Schema
 
@@ -38,6 +39,12 @@ SIZE_SHARE = 0.05
 #: keywords that bought the text nothing and cost the records 0.04 / 0.06 of TSTR AUC
 #: (benchmarks.budget_parts, "vocabulary forced" against the default)
 TERM_SHARE = 0.01
+#: the people tables' step tables run when, if this share of the people the row count
+#: saw come back (public: about one in five in an emergency department), the expected
+#: noise of a step table (half its cells' mean absolute Laplace noise over the returns:
+#: its TVD) stays below `MAX_STEP_NOISE`
+RETURN_SHARE = 0.2
+MAX_STEP_NOISE = 0.5
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,14 @@ class BudgetSplit:
     size_epsilon: float
     vocabulary: tuple[float, float]  # each free-text field's DP vocabulary, when it runs
     vocabulary_fields: tuple[str, ...]  # the fields that may have one (the plan decides)
+    people_table: float = 0.0  # each people table's epsilon (a schema with person structure)
 
-    def marginals(self, vocabularies: int) -> tuple[float, float]:
-        """What the counts' mechanisms get when ``vocabularies`` vocabularies run."""
+    def marginals(self, vocabularies: int, people_tables: int = 0) -> tuple[float, float]:
+        """What the counts' mechanisms get when ``vocabularies`` vocabularies and
+        ``people_tables`` people tables run."""
         (eps, delta), (v_eps, v_delta) = self.counts, self.vocabulary
-        return eps - self.size_epsilon - vocabularies * v_eps, delta - vocabularies * v_delta
+        return (eps - self.size_epsilon - vocabularies * v_eps - people_tables * self.people_table,
+                delta - vocabularies * v_delta)
 
 
 def budget_split(cfg: ReleaseConfig, schema: Schema) -> BudgetSplit:
@@ -66,9 +76,20 @@ def budget_split(cfg: ReleaseConfig, schema: Schema) -> BudgetSplit:
     fields = tuple(cfg.phrase_fields(schema))
     n = max(1, len(fields))
     counts = (cfg.budget.counts_epsilon, cfg.counts_delta)
+    people = 0.0
+    if people_structure(cfg, schema):
+        tables = 2 + len(schema.persons.transitions)  # visits, each transition, gaps
+        people = counts[0] * cfg.persons.person_share / tables
     return BudgetSplit(counts, (cfg.budget.selection_epsilon, cfg.selection_delta),
                        cfg.budget.epsilon * SIZE_SHARE,
-                       (counts[0] * cfg.counts.phrase_share / n, counts[1] / 2 / n), fields)
+                       (counts[0] * cfg.counts.phrase_share / n, counts[1] / 2 / n), fields,
+                       people)
+
+
+def people_structure(cfg: ReleaseConfig, schema: Schema) -> bool:
+    """Whether the release measures people: the schema has person structure and the
+    privacy unit is the person (one person's several rows are what the tables count)."""
+    return schema.persons is not None and cfg.privacy_unit.resolved(schema).unit == "person"
 
 
 @dataclass(frozen=True)
@@ -82,11 +103,17 @@ class ReleasePlan:
     workload: Workload
     record: Plan
     split: BudgetSplit
+    people: PeoplePlan | None = None
+
+    @property
+    def people_tables(self) -> int:
+        return 0 if self.people is None else self.people.tables
 
     @property
     def marginals(self) -> tuple[float, float]:
-        """(epsilon, delta) the counts' mechanisms get, the vocabularies that run paid."""
-        return self.split.marginals(len(self.vocabulary_fields))
+        """(epsilon, delta) the counts' mechanisms get, the vocabularies and people tables
+        that run paid."""
+        return self.split.marginals(len(self.vocabulary_fields), self.people_tables)
 
 
 def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount,
@@ -116,13 +143,49 @@ def plan_release(cfg: ReleaseConfig, schema: Schema, size: NoisyCount,
                 f"a term written by {TERM_SHARE:.0%} of about {rows} rows ({reach:.0f}) "
                 f"stays below OpenDP's threshold {threshold}: its epsilon goes to the counts, "
                 "and decoders write no text the release cannot support")))
-    workload = _workload(cfg, schema, rows, vocab, split.marginals(len(vocab)))
+    people = _people_plan(cfg, schema, rows, split, choices)
+    tables = 0 if people is None else people.tables
+    workload = _workload(cfg, schema, rows, vocab, split.marginals(len(vocab), tables))
     for f in workload.fields:
         choices.append(PlanChoice(f"counts: {f.field}", _margin_words(f.margin, f.edges),
                                   f.reason))
     record = Plan(rows, size.epsilon, size.scale, workload.noise_sigma,
                   workload.signal_sigmas, tuple(choices))
-    return ReleasePlan(rows, tuple(vocab), workload, record, split)
+    return ReleasePlan(rows, tuple(vocab), workload, record, split, people)
+
+
+def _people_plan(cfg: ReleaseConfig, schema: Schema, rows: int, split: BudgetSplit,
+                 choices: list[PlanChoice]) -> PeoplePlan | None:
+    """The people tables at the table's size: the visits per person always; the step
+    tables when their expected noise is small enough (`MAX_STEP_NOISE`), else their epsilon
+    goes to the counts. None without person structure (or with the row unit)."""
+    if schema.persons is None:
+        return None
+    if not people_structure(cfg, schema):
+        choices.append(PlanChoice("people tables", "skipped", (
+            "the privacy unit is the row: a person's several rows are not one unit, so the "
+            "release counts visits, not people")))
+        return None
+    cap, eps = cfg.persons.visits_cap, split.people_table
+    cells = max(len(schema.field(f).enum) for f in schema.persons.transitions) \
+        * (len(schema.classes) + 1)
+    scale = 1 / eps  # one row a person
+    noise = 0.5 * cells * scale / max(1.0, RETURN_SHARE * rows)
+    steps = noise <= MAX_STEP_NOISE
+    transitions = ", ".join(schema.persons.transitions)
+    choices.append(PlanChoice("people: visits per person", f"{eps:.3g} epsilon", (
+        f"persons.person_share {cfg.persons.person_share:g} of the counts' epsilon, shared by "
+        f"the people tables; a person's first {cap} visits are read (persons.visits_cap), "
+        f"the count's last value reads '{cap} or more'")))
+    choices.append(PlanChoice(
+        "people: steps (" + transitions + ", gaps)",
+        f"{eps:.3g} epsilon each" if steps else "skipped", (
+            f"if {RETURN_SHARE:.0%} of about {rows} rows come back, a step table's noise "
+            f"(scale {scale:.3g} over {cells} cells) is about {noise:.2f} of its counts "
+            + ("(at most " if steps else "(above ") + f"{MAX_STEP_NOISE:g})"
+            + ("" if steps else ": their epsilon goes to the counts, and decode pairs "
+               "visits by the visits per person alone"))))
+    return PeoplePlan(cap, eps, steps, len(schema.persons.transitions))
 
 
 def _split_choices(cfg: ReleaseConfig, schema: Schema) -> list[PlanChoice]:

@@ -20,7 +20,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +30,8 @@ from jsonschema.exceptions import SchemaError
 
 from selpe_audit.artifact.canonical import canonical_bytes
 from selpe_audit.errors import UserError
+from selpe_audit.person_schema import KEYWORDS as PERSON_KEYWORDS
+from selpe_audit.person_schema import PersonStructure, parse_persons
 
 if TYPE_CHECKING:
     import polars as pl
@@ -39,14 +41,14 @@ Kind = Literal["numeric", "categorical", "text", "id"]
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 DEFAULT_PRECISION = 2
 DEFAULT_BIN_COUNT = 10
-_OUR_TOP_KEYWORDS = {"x-label", "x-id", "x-field-order", "x-linkage"}
+_OUR_TOP_KEYWORDS = {"x-label", "x-id", "x-field-order", "x-linkage", *PERSON_KEYWORDS}
 _ALLOWED_TOP = {
     "$schema", "$id", "title", "description", "type", "properties", "required",
     "additionalProperties", *_OUR_TOP_KEYWORDS,
 }
 _ALLOWED_FIELD = {
     "type", "enum", "minimum", "maximum", "minLength", "maxLength", "description", "title",
-    "x-bins", "x-precision", "examples",
+    "x-bins", "x-precision", "examples", "x-gap-bins",
 }
 MAX_EXAMPLES = 100  # public example texts of one free-text field
 
@@ -100,6 +102,11 @@ class Schema:
     #: fields that identify a person across extracts (``x-linkage``): the lifetime ledger
     #: matches people by their keyed hash (`release.ledger_people`)
     linkage_fields: tuple[str, ...] = ()
+    #: which field orders a person's records and which are the person's
+    #: (`selpe_audit.person_schema`); None: records are released as independent visits
+    persons: PersonStructure | None = None
+    #: records carry the person id (decoded people); otherwise it is never in a record
+    ids_in_records: bool = False
 
     # ----- structure -------------------------------------------------------------------
     def field(self, name: str) -> Field:
@@ -114,8 +121,13 @@ class Schema:
 
     @property
     def record_fields(self) -> tuple[Field, ...]:
-        """Fields of a synthetic record: everything but the person id."""
-        return tuple(f for f in self.fields if f.kind != "id")
+        """Fields of a synthetic record: everything but the person id (unless
+        `with_person_ids`)."""
+        return tuple(f for f in self.fields if f.kind != "id" or self.ids_in_records)
+
+    def with_person_ids(self) -> Schema:
+        """This schema for records of synthetic people, which carry their (fresh) id."""
+        return replace(self, ids_in_records=True)
 
     @property
     def label_field(self) -> Field:
@@ -328,7 +340,8 @@ def parse_schema(raw: Any, source: str = "schema") -> Schema:
     linkage = _parse_linkage(raw.get("x-linkage", []), props, id_field, bad)
     name = str(raw.get("title") or "dataset")
     return Schema(raw=raw, name=name, fields=fields, label=label, id_field=id_field,
-                  linkage_fields=linkage)
+                  linkage_fields=linkage,
+                  persons=parse_persons(raw, fields, id_field, label, bad))
 
 
 def _parse_label(label: Any, fields: tuple[Field, ...], bad: Any) -> str:
@@ -453,6 +466,8 @@ def _parse_numeric(name: str, spec: dict[str, Any], jtype: str, desc: str, bad: 
                  bins=tuple(float(b) for b in bins), precision=precision)
 
 
-def demo_schema_path() -> Path:
-    """The bundled schema of the fictional ED-triage demo data."""
-    return Path(__file__).parent / "data" / "ed_triage.schema.json"
+def demo_schema_path(people: bool = False) -> Path:
+    """The bundled schema of the fictional ED-triage demo data (``people``: of its people
+    with visit histories, `selpe_audit.demo.generator.generate_people`)."""
+    name = "ed_triage_people" if people else "ed_triage"
+    return Path(__file__).parent / "data" / f"{name}.schema.json"

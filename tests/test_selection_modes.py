@@ -67,7 +67,7 @@ def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, 
     accounting) plus the row count and the phrase vocabularies from the ledger."""
     from release.counts import model as counts_model
     from release.spent import Spent
-    from release.stages.counts import CountsPart
+    from release.stages.counts import CountsPart, CountsReleased
     from release.stages.document import build_document
     from release.stages.selection import SelectionPart, SelectionReleased
     from release.stages.sizing import SIZE_ID
@@ -92,8 +92,8 @@ def test_the_gdp_scope_states_the_counts_real_accounting(tmp_path, demo_schema, 
     accounting = SelectionAccounting("pe-histogram", "zCDP", 0.25, 1e-6, 0.01, 0.7)
     block = SelectionPart("pe-histogram", {}, 1, 4, 1, 1.0, {}, (0.01,), accounting, {}, {},
                            (), None)
-    doc = build_document(cfg, demo_schema, "kid", entries, Spent(1.0, 1e-6),
-                         CountsPart({}, words),
+    counts = CountsReleased(CountsPart({}, words), entries, Spent(1.0, 1e-6))
+    doc = build_document(cfg, demo_schema, "kid", [counts], counts.block,
                          SelectionReleased(block, [], Spent(0.25, 1e-6), 0.7),
                          source_key=bytes(32))
     assert doc.to_json()["selection"]["accounting"]["mu"] == 0.7

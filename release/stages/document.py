@@ -14,13 +14,14 @@ from release.phrases import TERM_KINDS
 from release.plan import ReleasePlan
 from release.private_data import source_description
 from release.selection import get
-from release.spent import Spent
+from release.spent import MechanismStage, ledger_entries, total_spent
 from release.stages.counts import CountsPart
 from release.stages.selection import SelectionPart, SelectionReleased
 from release.stages.sizing import SIZE_ID
 from selpe_audit.artifact.counts_modes import describe_counts
 from selpe_audit.artifact.document import FORMAT, FORMAT_VERSION, tool_versions
 from selpe_audit.artifact.guarantees import derived_guarantees, gdp_interpretation, protects
+from selpe_audit.artifact.persons_block import PersonsBlock
 from selpe_audit.artifact.records import (
     Budget,
     Guarantees,
@@ -34,6 +35,10 @@ from selpe_audit.artifact.records import (
 from selpe_audit.schema import Schema
 
 SIZE_ACCOUNTANT = "a Context in pure epsilon-DP for the row count the plan is sized by"
+PERSONS_ACCOUNTANT = ("a Context in pure epsilon-DP for the people tables (one flattened row "
+                      "per person)")
+#: the ledger ids of the people tables (`release.persons`)
+PERSONS_PREFIX = "persons/"
 PHRASES_ACCOUNTANT = ("a Context in (epsilon, delta)-DP per free-text field's phrase "
                       "vocabulary (partition selection)")
 PURE_SELECTION_ACCOUNTANT = ("an adaptive compositor over the selection rounds, each "
@@ -62,6 +67,7 @@ class DocumentDraft:
     counts: CountsPart
     selection: SelectionPart | None
     created: str
+    persons: PersonsBlock | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The document as release.json holds it."""
@@ -80,18 +86,22 @@ class DocumentDraft:
             "guarantees": json_form(self.guarantees),
             "counts": self.counts.json,
             "selection": None if self.selection is None else self.selection.to_json(),
+            **({} if self.persons is None else {"persons": json_form(self.persons)}),
             "created": self.created,
         }
 
 
 def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
-                   entries: list[LedgerEntry], spent: Spent, counts: CountsPart,
+                   stages: list[MechanismStage], counts: CountsPart,
                    selection: SelectionReleased | None = None, *,
                    lifetime: LifetimeStamp | None = None, source_key: bytes,
-                   plan: ReleasePlan | None = None) -> DocumentDraft:
-    """The artifact's document from what the stages released (``entries``, ``spent``: all
-    of theirs); ``source_key``: the enclave secret that keys a database query's HMAC (the
-    ledger folder's key); ``plan``: what the release sized to the table."""
+                   plan: ReleasePlan | None = None,
+                   persons: PersonsBlock | None = None) -> DocumentDraft:
+    """The artifact's document from what the ``stages`` released (their ledger entries and
+    spend, in the order they ran); ``source_key``: the enclave secret that keys a database
+    query's HMAC (the ledger folder's key); ``plan``: what the release sized to the table;
+    ``persons``: the people tables, for a schema with person structure."""
+    entries, spent = ledger_entries(stages), total_spent(stages)
     unit = privacy_unit(cfg, schema, selection is not None)
     mu = selection.mu if selection is not None else None
     guarantees = derived_guarantees(spent.epsilon, spent.delta, json_form(unit))
@@ -99,13 +109,14 @@ def build_document(cfg: ReleaseConfig, schema: Schema, release_key_id: str,
         guarantees = replace(guarantees, selection_gdp=gdp_interpretation(
             mu, counts=counts_accounting(counts, entries)))
     vocabularies = plan.vocabulary_fields if plan is not None else cfg.phrase_fields(schema)
-    accountant = _accountant(cfg, bool(vocabularies), mu, selection is not None)
+    accountant = _accountant(cfg, bool(vocabularies), mu, selection is not None,
+                             persons is not None)
     return DocumentDraft(
         cfg.dataset, source_description(cfg.source, source_key), schema, unit, release_key_id,
         budget_block(cfg, schema, counts, bool(vocabularies), lifetime, plan),
         Ledger(tuple(entries), spent.epsilon, spent.delta, accountant), guarantees, counts,
         selection.block if selection is not None else None,
-        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), persons)
 
 
 def budget_block(cfg: ReleaseConfig, schema: Schema, counts: CountsPart,
@@ -141,6 +152,10 @@ def counts_accounting(counts: CountsPart, entries: list[LedgerEntry]) -> str:
     size = next((e for e in entries if e.id == SIZE_ID), None)
     if size is not None:
         words += f" plus the row count's pure epsilon {size.epsilon:.4g}"
+    people = [e for e in entries if e.id.startswith(PERSONS_PREFIX)]
+    if people:
+        words += (f" plus the people tables' pure epsilon "
+                  f"{sum(e.epsilon for e in people):.4g}")
     phrases = [e for e in entries if _is_vocabulary(e.id)]
     if phrases:
         words += (f" plus ({sum(e.epsilon for e in phrases):.4g}, "
@@ -156,11 +171,12 @@ def _is_vocabulary(entry_id: str) -> bool:
 
 
 def _accountant(cfg: ReleaseConfig, vocabularies: bool, selection_mu: float | None,
-                selects: bool) -> str:
-    """How the ledger's entries add up, in words: the plan's row count, the phrase
-    vocabularies (if any ran), the counts mode's own accountant, the selection's; the parts
-    compose sequentially."""
-    parts = [SIZE_ACCOUNTANT, *([PHRASES_ACCOUNTANT] if vocabularies else [])]
+                selects: bool, people: bool) -> str:
+    """How the ledger's entries add up, in words: the plan's row count, the people tables
+    and the phrase vocabularies (where they ran), the counts mode's own accountant, the
+    selection's; the parts compose sequentially."""
+    parts = [SIZE_ACCOUNTANT, *([PERSONS_ACCOUNTANT] if people else []),
+             *([PHRASES_ACCOUNTANT] if vocabularies else [])]
     parts.append(counts_mode(cfg.counts.mode).accountant)
     if selects:
         parts.append(GAUSSIAN_SELECTION_ACCOUNTANT if selection_mu is not None

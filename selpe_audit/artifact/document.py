@@ -26,6 +26,7 @@ from selpe_audit import __version__
 from selpe_audit.artifact import modes
 from selpe_audit.artifact.canonical import atomic_write_json, canonical_bytes
 from selpe_audit.artifact.model_block import CountsModel, Topics
+from selpe_audit.artifact.persons_block import PersonsBlock
 from selpe_audit.artifact.records import (
     CLOSED,
     OPEN,
@@ -99,6 +100,7 @@ class ReleaseDocument:
     guarantees: Guarantees
     counts: CountsBlock
     selection: SelectionBlock | None
+    persons: PersonsBlock | None = None  # a schema with person structure
     source: Source | None = None
     created: str | None = None
 

@@ -29,6 +29,7 @@ from selpe_audit.artifact.model_block import (
     parse_topics,
     positive,
 )
+from selpe_audit.artifact.persons_block import PersonsBlock
 from selpe_audit.artifact.records import (
     NO_BALANCE,
     NO_GUARANTEES,
@@ -257,6 +258,7 @@ class ReleaseView:
     selection: Selection | None
     doc: Mapping[str, Any] = field(repr=False)  # the document itself, for what is shown raw
     checked_schema: Schema | None = field(default=None, repr=False)
+    persons: PersonsBlock | None = None  # the people tables (a schema with person structure)
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any]) -> ReleaseView:
@@ -268,7 +270,7 @@ class ReleaseView:
                    parse(Ledger, d.get("ledger")) or NO_LEDGER,
                    parse(Guarantees, d.get("guarantees")) or NO_GUARANTEES,
                    counts_view(d.get("counts")),
-                   _selection(d.get("selection")), d)
+                   _selection(d.get("selection")), d, None, parse(PersonsBlock, d.get("persons")))
 
     @classmethod
     def checked(cls, doc: Mapping[str, Any]) -> ReleaseView:
@@ -281,8 +283,9 @@ class ReleaseView:
             _check_parts(doc)
             counts = _check_counts(view.counts, schema)
             _check_selection(view.selection, schema)
+            _check_persons(view.persons, doc.get("persons"), schema)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-            raise UserError("release.json: the counts or selection block is malformed; "
+            raise UserError("release.json: the counts, people or selection block is malformed; "
                             "use a selpe-audit version that matches the release") from None
         return replace(view, counts=counts, checked_schema=schema)
 
@@ -314,6 +317,27 @@ def _ints(row: tuple[Any, ...], n: int) -> tuple[int, ...]:
     if len(row) != n or not all(isinstance(v, int) and not isinstance(v, bool) for v in row):
         raise ValueError(f"expected {n} integer counts")
     return row
+
+
+def _check_persons(block: PersonsBlock | None, raw: Any, schema: Schema) -> None:
+    """The people tables against the schema: present exactly when it has person structure
+    (and the document has the block), their keys every public combination, counts
+    integers."""
+    if raw is None:
+        return
+    s = schema.persons
+    if block is None or s is None or block.order != s.order or block.cap < 2 \
+            or block.gap_bins != s.gap_bins or block.person_fields != s.person_fields:
+        raise ValueError("the people tables do not match the schema's person structure")
+    tables = [block.visits, *(block.next or {}).values(),
+              *([block.gaps] if block.gaps is not None else [])]
+    for t in tables:
+        if len(t.keys) != len(t.dp_counts) or len(set(t.keys)) != len(t.keys) \
+                or any(len(k) != len(t.fields) for k in t.keys):
+            raise ValueError("a people table's keys and counts differ")
+        _ints(t.dp_counts, len(t.keys))
+    if block.next is not None and set(block.next) != set(s.transitions):
+        raise ValueError("the people tables' transition fields differ from the schema's")
 
 
 def _check_counts(counts: Counts, schema: Schema) -> Counts:

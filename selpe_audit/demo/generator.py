@@ -21,6 +21,14 @@ How a dataset is made:
   depend on acuity, the complaint family and age (e.g. tachycardia, low O2 and
   shock or hypertension for acuity 1-2; the elderly are admitted more often).
 
+With ``--people`` (`generate_people`), people have histories instead: each visit has the
+day it started (``visit_day``, in a two-year window), and a return is shaped by the visit
+before it - likelier after an admission or leaving unseen and for recurring complaints
+(chest pain, breathing, diabetes, mental health...), sooner after leaving unseen (days) or
+an admission (weeks) than otherwise (months), often at the same or a neighbouring acuity
+and the same complaint family; sex stays, age ticks with the days. About a quarter of the
+people come back. Its schema says so: ``data/ed_triage_people.schema.json``.
+
 Generation is fully determined by ``seed`` via ``numpy.random.default_rng``: the
 same ``(n, seed)`` always gives identical rows. Seeding is right here because this
 is demo *data*, not differential-privacy noise.
@@ -28,6 +36,7 @@ is demo *data*, not differential-privacy noise.
 Command line::
 
     python -m selpe_audit.demo.generator --n 1000 --seed 0 --out rows.csv
+    python -m selpe_audit.demo.generator --people --n 3000 --out visits.csv
 
 The word lists and complaint families that make the fictional records varied are data:
 ``selpe_audit/data/demo_generator.json``.
@@ -46,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["COLUMNS", "generate_rows", "main", "write_rows"]
+__all__ = ["COLUMNS", "PEOPLE_COLUMNS", "generate_people", "generate_rows", "main", "write_rows"]
 
 #: Column order, identical to the property order of ``data/ed_triage.schema.json``.
 COLUMNS: tuple[str, ...] = (
@@ -332,25 +341,130 @@ def generate_rows(n: int, seed: int = 0) -> list[dict]:
         # Repeat visits fall within about a year, so age may tick up by one.
         age = min(base_age + (int(rng.integers(0, 2)) if visit else 0), 105)
         acuity = _draw_acuity(rng, age)
-        fam = _draw_family(rng, acuity, age, sex)
-        complaint = _expand(fam.templates[int(rng.integers(len(fam.templates)))], rng)
-        vitals = _vitals(rng, acuity, age, fam)
-        row = {
-            "patient_id": pid,
-            "age": age,
-            "sex": sex,
-            "arrival_mode": _arrival(rng, acuity, age, fam),
-            **vitals,
-            "chief_complaint": complaint,
-            "disposition": _disposition(rng, acuity, age),
-            "acuity": acuity,
-        }
+        row = _visit(rng, pid, age, sex, acuity, _draw_family(rng, acuity, age, sex))
         rows.append({k: row[k] for k in COLUMNS})
     return rows
 
 
+def _visit(rng: Rng, pid: str, age: int, sex: str, acuity: int, fam: _Family) -> dict:
+    """One visit's record (without its day) for a person of ``age`` and ``sex``."""
+    complaint = _expand(fam.templates[int(rng.integers(len(fam.templates)))], rng)
+    vitals = _vitals(rng, acuity, age, fam)
+    return {
+        "patient_id": pid,
+        "age": age,
+        "sex": sex,
+        "arrival_mode": _arrival(rng, acuity, age, fam),
+        **vitals,
+        "chief_complaint": complaint,
+        "disposition": _disposition(rng, acuity, age),
+        "acuity": acuity,
+    }
+
+
+# ---------------------------------------------------------------------------
+# People with visit histories (``--people``; data/ed_triage_people.schema.json).
+# ---------------------------------------------------------------------------
+
+#: the people table's columns: the visit table's plus the day each visit started
+PEOPLE_COLUMNS: tuple[str, ...] = (COLUMNS[0], "visit_day", *COLUMNS[1:])
+#: the study window, in days: a later visit falls outside it and is not recorded
+WINDOW_DAYS = 730
+#: at most this many visits of one person
+MAX_VISITS = 5
+#: complaint families that bring people back (chronic or relapsing conditions)
+_RECURRING = {"chest_pain", "resp_distress", "diabetic", "mental_health", "overdose",
+              "arrhythmia_syncope", "gi_bleed", "sepsis", "seizure"}
+
+
+def _return_p(fam: _Family, disposition: str, age: int, visit: int) -> float:
+    """Chance of another visit: higher after an admission or leaving unseen, for the
+    recurring complaint families, for the elderly, and after each return."""
+    p = 0.13 + 0.05 * (visit - 1)
+    if disposition in ("admitted-ward", "admitted-icu"):
+        p += 0.17
+    elif disposition == "left-without-being-seen":
+        p += 0.22
+    if fam.name in _RECURRING:
+        p += 0.15
+    if age >= 75:
+        p += 0.05
+    return min(p, 0.7)
+
+
+def _gap_days(rng: Rng, disposition: str) -> int:
+    """Days until the next visit: a day or two after leaving unseen, weeks after an
+    admission (readmission), months otherwise."""
+    if disposition == "left-without-being-seen":
+        mean = 2.0
+    elif disposition in ("admitted-ward", "admitted-icu"):
+        mean = 25.0
+    else:
+        mean = 110.0
+    return int(rng.exponential(mean))
+
+
+def _next_acuity(rng: Rng, prev: int, age: int) -> int:
+    """A return's acuity: often the last one's or next to it, otherwise drawn afresh."""
+    u = rng.random()
+    if u < 0.45:
+        return prev
+    if u < 0.7:
+        return int(min(max(prev + (1 if rng.random() < 0.5 else -1), 1), 5))
+    return _draw_acuity(rng, age)
+
+
+def _next_family(rng: Rng, prev: _Family, acuity: int, age: int, sex: str) -> _Family:
+    """A return's complaint family: the last one's again when it fits the acuity (about
+    half the time), otherwise drawn afresh."""
+    if prev.weights.get(acuity, 0.0) > 0 and rng.random() < 0.55:
+        return prev
+    return _draw_family(rng, acuity, age, sex)
+
+
+def _history(rng: Rng, pid: str) -> list[dict]:
+    """One person's visits in order: sex constant, age ticking with the days, each return
+    shaped by the visit before it."""
+    age0, sex = _draw_age(rng), _SEX[int(rng.choice(3, p=_SEX_P))]
+    first = int(rng.integers(0, WINDOW_DAYS))
+    day, acuity = first, _draw_acuity(rng, age0)
+    fam = _draw_family(rng, acuity, age0, sex)
+    visits: list[dict] = []
+    while True:
+        age = min(age0 + (day - first) // 365, 105)
+        row = _visit(rng, pid, age, sex, acuity, fam)
+        visits.append({"visit_day": day, **row})
+        if len(visits) == MAX_VISITS or rng.random() >= _return_p(fam, row["disposition"],
+                                                                   age, len(visits)):
+            return visits
+        day += _gap_days(rng, row["disposition"])
+        if day >= WINDOW_DAYS:
+            return visits
+        acuity = _next_acuity(rng, acuity, age)
+        fam = _next_family(rng, fam, acuity, age, sex)
+
+
+def generate_people(n: int, seed: int = 0) -> list[dict]:
+    """About ``n`` (exactly ``n``: the last person's history is cut) fictional visits of
+    people with histories (`PEOPLE_COLUMNS`), shuffled; identical for equal seeds."""
+    if n < 0:
+        raise ValueError("n must be non-negative")
+    rng = np.random.default_rng([seed, 1])
+    rows: list[dict] = []
+    used: set[int] = set()
+    while len(rows) < n:
+        pid = int(rng.integers(0, 1_000_000))
+        if pid in used:
+            continue
+        used.add(pid)
+        rows.extend(_history(rng, f"P{pid:06d}")[: n - len(rows)])
+    order = rng.permutation(len(rows))
+    return [{k: rows[int(i)][k] for k in PEOPLE_COLUMNS} for i in order]
+
+
 def write_rows(rows: Sequence[dict], path: str | Path) -> Path:
-    """Write rows as CSV, Parquet or JSONL, chosen by the file extension."""
+    """Write rows (of `generate_rows` or `generate_people`) as CSV, Parquet or JSONL,
+    chosen by the file extension."""
     import polars as pl
 
     path = Path(path)
@@ -358,9 +472,9 @@ def write_rows(rows: Sequence[dict], path: str | Path) -> Path:
     strings = {"patient_id", "sex", "arrival_mode", "chief_complaint", "disposition"}
     schema = {
         c: pl.String if c in strings else pl.Float64 if c == "temperature_c" else pl.Int64
-        for c in COLUMNS
+        for c in (PEOPLE_COLUMNS if rows and "visit_day" in rows[0] else COLUMNS)
     }
-    df = pl.DataFrame([{k: r[k] for k in COLUMNS} for r in rows], schema=schema, orient="row")
+    df = pl.DataFrame([{k: r[k] for k in schema} for r in rows], schema=schema, orient="row")
     suffix = path.suffix.lower()
     if suffix == ".csv":
         df.write_csv(path)
@@ -384,9 +498,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", required=True, help="output path: .csv, .parquet or .jsonl/.ndjson"
     )
+    parser.add_argument(
+        "--people", action="store_true",
+        help="people with visit histories (a visit day, returns shaped by the visit before; "
+             "schema data/ed_triage_people.schema.json)")
     args = parser.parse_args(argv)
-    path = write_rows(generate_rows(args.n, seed=args.seed), args.out)
-    print(f"wrote {args.n} fictional rows (seed {args.seed}) to {path}")
+    make = generate_people if args.people else generate_rows
+    path = write_rows(make(args.n, seed=args.seed), args.out)
+    print(f"wrote {args.n} fictional {'visits of people' if args.people else 'rows'} "
+          f"(seed {args.seed}) to {path}")
     return 0
 
 

@@ -34,6 +34,7 @@ from selpe_audit.review.markup import section as _section
 from selpe_audit.review.markup import short as _short
 from selpe_audit.review.markup import table as _table
 from selpe_audit.review.markup import to_json as _json
+from selpe_audit.review.people import people_section
 from selpe_audit.review.style import STYLE
 from selpe_audit.review.view import (
     EPSILON_HIGH,
@@ -84,6 +85,8 @@ def _nav(view: ReleaseView, n_warnings: int) -> str:
              ("warnings", f"Warnings ({n_warnings})"), ("guarantees", "Guarantees"),
              ("ledger", "Ledger"), *([("plan", "Plan")] if plan_rows(view) else []),
              ("counts", "Noisy counts")]
+    if view.persons is not None:
+        items.append(("people", "People"))
     if view.counts.model is not None:
         items.append(("model", "Counts model"))
     if view.counts.topics:
@@ -460,7 +463,8 @@ def render_review_html(doc: dict[str, Any],
     if signature_status is not None:
         warnings = signature_warnings(view, signature_status, release_key_id) + warnings
     body = (_summary(view) + _signatures(signature_status) + _warnings(warnings)
-            + _guarantees(view) + _ledger(view) + _plan(view) + _counts(view) + _model(view)
+            + _guarantees(view) + _ledger(view) + _plan(view) + _counts(view)
+            + people_section(view) + _model(view)
             + _topics(view) + _selection(view)
             + _schema(view))
     return html_page(
