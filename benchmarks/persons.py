@@ -226,12 +226,23 @@ def summary(result: dict[str, Any]) -> str:
             f"{real['return_auc']['mean']:.3f}, C2ST {ours['c2st_auc']['mean']:.3f}; visit "
             f"TSTR {ours['visit_tstr_auc']['mean']:.3f} against independent visits' "
             f"{today['visit_tstr_auc']['mean']:.3f}; release "
-            f"{ours['release_s']['mean'] / today['release_s']['mean']:.2f}x today's")
+            f"{ours['release_s']['mean'] / today['release_s']['mean']:.2f}x today's"
+            + _peer_words(by.get((n, MOSTLYAI))))
     million = result.get("decode_million")
     if million:
         parts.append(f"decoding {million['visits']:,} visits into people: "
                      f"{million['seconds']:.0f} s")
     return "; ".join(parts) + "." if parts else ""
+
+
+def _peer_words(peer: dict[str, Any] | None) -> str:
+    """MOSTLY AI's means, for the summary."""
+    if not peer:
+        return ""
+    return (f"; MOSTLY AI (DP): visits-per-person TVD {peer['visits_tvd']['mean']:.3f}, "
+            f"transitions {peer['transitions_tvd']['mean']:.3f}, return-visit AUC "
+            f"{peer['return_auc']['mean']:.3f}, C2ST {peer['c2st_auc']['mean']:.3f}, visit "
+            f"TSTR {peer['visit_tstr_auc']['mean']:.3f}, fit {peer['release_s']['mean']:.0f} s")
 
 
 BENCHMARK = Benchmark("persons", run, table, summary)

@@ -332,3 +332,17 @@ def test_api_benchmark_quick(tmp_path):
     assert all(s > 0 for s in [*r["release_s"].values(), *r["decode_s"].values()])
     assert r["n"] == 1_000 and 0 < r["worst_ratio"] < 3
     assert "| job | way | median s | x command |" in r["table"]
+
+
+@pytest.mark.slow
+def test_persons_benchmark_quick(tmp_path):
+    """Issue 70's benchmark at smoke size, through the runner: ours, independent visits,
+    random pairing and other real people measured side by side (MOSTLY AI only in the full
+    run); independent visits have no people to measure."""
+    r = _quick(tmp_path, "persons")
+    methods = {line["method"] for line in r["lines"]}
+    assert methods == {"ours", "independent", "random pairing", "real sample"}
+    by = {s["method"]: s for s in r["summary"]}
+    assert by["independent"]["transitions_tvd"]["mean"] == 1.0
+    assert by["ours"]["visits_tvd"]["mean"] < by["independent"]["visits_tvd"]["mean"]
+    assert by["ours"]["release_s"]["mean"] > 0 and by["ours"]["decode_s"]["mean"] > 0
