@@ -57,12 +57,9 @@ def steps(df: pl.DataFrame, schema: Schema, cap: int) -> pl.DataFrame:
     s, pid = _structure(schema), schema.id_field or ""
     h = histories(df, schema, cap)
     gap = pl.col(s.order).shift(-1).over(pid) - pl.col(s.order)
-    inner = s.gap_bins[1:-1]
     return (h.with_columns(pl.col(schema.label).shift(-1).over(pid).alias("next"),
-                           pl.sum_horizontal([gap >= e for e in inner]).alias("gap")
-                           if inner else pl.lit(0).alias("gap"),
-                           gap.alias("__gap_days"))
-            .filter(pl.col("__gap_days").is_not_null())
+                           s.gap_code(gap).alias("gap"))
+            .filter(pl.col("gap").is_not_null())
             .select([*s.transitions, "next", "gap"]))
 
 

@@ -200,10 +200,13 @@ def _people(p: dict[str, Any] | None) -> str:
     if "note" in p:
         return _section("people", "People", f"<p>{_e(p['note'])}</p>")
     v, g = p["visits"], p["gaps"]
-    bars = (_chart(paired_bars("visits per person (share of people)", v["labels"], v["real"],
-                               v["synthetic"]))
+    bars = ("<h3>Visits per person</h3>"
+            + _chart(paired_bars("visits per person (share of people)", v["labels"], v["real"],
+                                 v["synthetic"]))
+            + "<h3>Gap to the next visit</h3>"
             + _chart(paired_bars("gap to the next visit (share of steps)", g["labels"],
-                                 g["real"], g["synthetic"])))
+                                 g["real"], g["synthetic"]))
+            + "<h3>The next visit's label</h3>")
     maps = "".join(
         f"<div><h4>{_e(f)} &rarr; next, {_e(side)}</h4>"
         + _chart(heatmap(f"{f} -> next, {side}", t["rows"], t[side], columns=t["columns"]))

@@ -58,9 +58,7 @@ def people_rows(rows: pl.DataFrame, schema: Schema, person_field: str,
     fields = dict.fromkeys([*s.person_fields, *s.transitions, schema.label])
     codes = [key_col(f) for f in fields]
     label = key_col(schema.label)
-    inner = s.gap_bins[1:-1]
     gap = pl.col(_ORDER).shift(-1).over(UNIT_COL) - pl.col(_ORDER)
-    gap_code = pl.sum_horizontal([gap >= e for e in inner]) if inner else pl.lit(0)
     return (rows.lazy()
             .select(unit_codes(pl.col(person_field)).alias(UNIT_COL),
                     pl.col(s.order).cast(pl.Float64).alias(_ORDER),
@@ -70,8 +68,8 @@ def people_rows(rows: pl.DataFrame, schema: Schema, person_field: str,
                           pl.len().over(UNIT_COL).alias(_COUNT),
                           pl.col(label).shift(-1).over(UNIT_COL)
                           .fill_null(len(schema.classes)).cast(CODE).alias(NEXT_COL),
-                          pl.when(gap.is_null()).then(len(s.gap_bins) - 1)
-                          .otherwise(gap_code).cast(CODE).alias(GAP_COL))
+                          s.gap_code(gap).fill_null(len(s.gap_bins) - 1).cast(CODE)
+                          .alias(GAP_COL))
             .filter(pl.col(_SLOT) == 0)
             .select(UNIT_COL,  # (min_horizontal would lose the cast: polars 1.36)
                     pl.col(_COUNT).clip(upper_bound=cap).sub(1).cast(CODE).alias(VISITS_COL),

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from selpe_audit.errors import UserError
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from selpe_audit.schema import Field
 
 KEYWORDS = frozenset({"x-order", "x-person-fields", "x-nondecreasing", "x-transitions"})
@@ -53,6 +55,16 @@ class PersonStructure:
             if gap < edge:
                 return i
         return len(self.gap_bins) - 2
+
+    def gap_code(self, gap: pl.Expr) -> pl.Expr:
+        """`gap_index` as a polars expression (a null gap stays null)."""
+        import polars as pl
+
+        inner = self.gap_bins[1:-1]
+        if not inner:
+            return pl.when(gap.is_null()).then(None).otherwise(0)
+        return pl.when(gap.is_null()).then(None).otherwise(
+            pl.sum_horizontal([gap >= e for e in inner]))
 
 
 def parse_persons(raw: Mapping[str, Any], fields: Sequence[Field], id_field: str | None,

@@ -266,3 +266,39 @@ def test_the_llm_decoder_writes_people_too(people_artifact, keys, tmp_path, llm)
     assert res.provenance_doc["people"]["people"] == df["patient_id"].n_unique()
     assert df.group_by("patient_id").agg(pl.col("sex").n_unique())["sex"].max() == 1
     assert not set(df["patient_id"]) & set(real["patient_id"])
+
+
+def test_the_terminal_review_prints_every_people_count(people_artifact):
+    from rich.console import Console
+
+    from selpe_audit.review.terminal import counts_parts
+
+    _, doc, _ = people_artifact
+    console = Console(width=200, record=True)
+    for part in counts_parts(ReleaseView.checked(doc)):
+        console.print(part)
+    text = console.export_text()
+    assert "3 or more visits" in text and "persons/next/disposition" in text
+    for count in doc["persons"]["gaps"]["dp_counts"]:
+        assert str(count) in text
+
+
+def test_the_bare_structure_orders_people_by_the_label_alone(tmp_path, keys):
+    """``x-order`` alone (no person fields, no non-decreasing field, the default transition:
+    the label): released and decoded the same way."""
+    raw = json.loads(PEOPLE_SCHEMA.read_text())
+    for k in ("x-person-fields", "x-nondecreasing", "x-transitions"):
+        raw.pop(k)
+    bare = tmp_path / "bare.schema.json"
+    bare.write_text(json.dumps(raw))
+    data = write_rows(generate_people(3000, seed=6), tmp_path / "v.csv")
+    cfg = load_config(None, {"data": data, "schema": bare, "release_key": keys[0][0],
+                             "out": tmp_path / "art", "dataset": "bare", "epsilon": 2.0,
+                             "lifetime_ledger": tmp_path / "ledger"})
+    doc = run_release(cfg).doc
+    assert doc["persons"]["visits"]["fields"] == ["visits"]
+    assert set(doc["persons"]["next"]) == {"acuity"}
+    out = tmp_path / "people.parquet"
+    run_decode(cfg.out, [keys[0][1]], 0, out, DecodeSettings(n=1000, decoder="model", seed=0))
+    df = pl.read_parquet(out)
+    assert df.height == 1000 and df["patient_id"].n_unique() < 1000

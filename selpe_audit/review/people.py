@@ -4,13 +4,14 @@ their noisy counts, with what the cap leaves out said in words."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from selpe_audit.artifact.persons_block import PeopleTable, PersonsBlock
+from selpe_audit.artifact.persons_block import NONE, PeopleTable, PersonsBlock
 from selpe_audit.artifact.view import ReleaseView
+from selpe_audit.review.charts import Chart, Column, count_cell
 from selpe_audit.review.charts import escape_text as _e
 from selpe_audit.review.markup import count_chart, section
+from selpe_audit.review.view import flag_limits
 
 
 def people_section(view: ReleaseView) -> str:
@@ -22,8 +23,9 @@ def people_section(view: ReleaseView) -> str:
     parts = [
         f"<p>Each person's visits, in the order of <span class=\"mono\">{_e(block.order)}"
         f"</span>, are read up to the first {cap}: the visits-per-person count's last bar "
-        f"reads &ldquo;{cap} or more&rdquo;, and the step tables hold a person's first "
-        f"{cap - 1} steps (a visit and what follows it). Person fields: "
+        f"reads &ldquo;{cap} or more&rdquo;, and the step tables hold each person's first "
+        "step: the first visit and what follows it (the second visit, or none; the none "
+        "column has a scale of its own). Person fields: "
         f"{_e(', '.join(block.person_fields) or 'none')}; never decreasing: "
         f"{_e(', '.join(block.nondecreasing) or 'none')}. Every count is one OpenDP "
         "measurement of its own (the ledger's persons/ entries).</p>",
@@ -60,14 +62,24 @@ def _visits_chart(view: ReleaseView, block: PersonsBlock) -> str:
 
 
 def _step_chart(view: ReleaseView, title: str, t: PeopleTable) -> str:
-    """One row per value of the table's first key, one column per value of its last."""
+    """One row per value of the table's first key, one column per value of its last; the
+    ``none`` column (people with one visit: most of them) on a scale of its own, so the
+    steps' bars stay readable."""
     rows: dict[Any, dict[Any, Any]] = {}
     heads: list[Any] = []
     for (first, last), count in zip(t.keys, t.dp_counts, strict=True):
         rows.setdefault(first, {})[last] = count
         if last not in heads:
             heads.append(last)
-    columns: list[tuple[str, Sequence[Any]]] = [
-        (f"{t.fields[-1]} {h}", [rows[r].get(h) for r in rows]) for h in heads]
-    return count_chart(view, title, [f"{t.fields[0]} {r}" for r in rows], t.mechanism_id,
-                       columns)
+    floor, scale = flag_limits(view, t.mechanism_id, None)
+    columns = []
+    for h in heads:
+        values = [rows[r].get(h) for r in rows]
+        own = None
+        if h == NONE:
+            nums = [float(v) for v in values if isinstance(v, int | float)]
+            own = (min([0.0, *nums]), max([1.0, *nums]))
+        columns.append(Column(f"{t.fields[-1]} {h}",
+                              [count_cell(v, floor, scale) for v in values], own))
+    chart = Chart(title, [f"{t.fields[0]} {r}" for r in rows], columns)
+    return f'<div class="chartbox">{chart.svg()}</div>'

@@ -208,10 +208,40 @@ def counts_parts(view: ReleaseView) -> list[Any]:
         out.append(_count_table(view, f"cohorts · {co.mechanism_id}", rows, co.mechanism_id,
                                 cols))
     out.extend(_rate_table(view, r) for r in counts.rates)
+    out.extend(_people(view))
     out.extend(_model(view))
     out.extend(_topics(view))
     out.extend(Text("other released values ", "bold") + _t(f"{k}: {_json(v)}")
                for k, v in shown_extra(view).items())
+    return out
+
+
+def _people(view: ReleaseView) -> list[Any]:
+    """The people tables (a schema with person structure): visits per person by the person
+    fields, then each first-step table, rows its first key's values."""
+    block = view.persons
+    if block is None:
+        return []
+    cap, t = block.cap, block.visits
+    out: list[Any] = [Text(f"people: each person's first {cap} visits in the order of "
+                           f"{block.order}; the last visits count reads '{cap} or more'",
+                           "bold")]
+    columns: dict[str, list[Any]] = {}
+    for key, count in zip(t.keys, t.dp_counts, strict=False):
+        columns.setdefault(" · ".join(map(str, key[:-1])) or "people", []).append(count)
+    out.append(_count_table(view, f"visits per person · {t.mechanism_id}",
+                            ["1 visit", *(f"{v} visits" for v in range(2, cap)),
+                             f"{cap} or more visits"], t.mechanism_id,
+                            list(columns.items())))
+    for step in [*(block.next or {}).values(), *([block.gaps] if block.gaps else [])]:
+        rows: dict[str, dict[str, Any]] = {}
+        for (first, last), count in zip(step.keys, step.dp_counts, strict=False):
+            rows.setdefault(str(first), {})[str(last)] = count
+        lasts = list(dict.fromkeys(str(k[1]) for k in step.keys))
+        out.append(_count_table(
+            view, f"first step: {step.fields[0]} x {step.fields[1]} · {step.mechanism_id}",
+            [f"{step.fields[0]} {r}" for r in rows], step.mechanism_id,
+            [(last, [rows[r].get(last) for r in rows]) for last in lasts]))
     return out
 
 
