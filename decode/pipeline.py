@@ -7,6 +7,7 @@
                  appended to the checkpoint as they come (a rerun resumes)
     keep[c]    = SelectTop: the candidates closest to the class's winners (SelPE)
     out[c]     = fit: IPF weights, systematic sampling, swaps, within-bin redraw (CoRTeC)
+    people     = with people tables: out's visits put together into people (`decode.people`)
     write out (atomically) + provenance; remove the checkpoint
 
 Sharded (``shards`` = S > 1, `decode.shards`): the plan is split into S parts, each made as

@@ -1,5 +1,6 @@
 """The release, stage by stage (`release.stages`): public inputs, read and charge, the
-plan's row count, phrases, counts, selection, then the document, written and signed.
+plan's row count, the people tables (a schema with person structure), phrases, counts,
+selection, then the document, written and signed.
 
 Only DP outputs (and post-processing of them) go into the artifact. The console shows
 shareable progress lines only; the invalid-row report (row numbers and reasons, never

@@ -11,7 +11,10 @@ configuration - the plan fixes:
   OpenDP's threshold at the vocabulary's (epsilon, delta) - otherwise its share goes to the
   counts, and decoders write no text the release cannot support;
 - the model counts' workload (`release.counts.workload`): which class x field marginals,
-  over which (merged) bins, which fields alone.
+  over which (merged) bins, which fields alone;
+- for a schema with person structure, the people tables (`release.persons`): the visits
+  per person always, the first-step tables where the table can afford them
+  (`RETURN_SHARE`, `MAX_STEP_NOISE`), their epsilon otherwise going to the counts.
 
 The plan reads no private value but that count (two tables with the same count get the same
 plan), and every choice is recorded in the artifact (``budget.plan``) with its reason, for
