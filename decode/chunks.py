@@ -47,21 +47,29 @@ class Chunk:
     candidates: dict[Any, int]  # candidates of each class made in this chunk
 
 
-def chunk_plan(rows: dict[Any, int], overgenerate: float, chunk_rows: int) -> list[Chunk]:
-    """Consecutive chunks of at most ``chunk_rows`` output rows over ``rows`` (per class, in
-    class order); at least one chunk."""
+def chunk_plan(rows: dict[Any, int], overgenerate: float, chunk_rows: int,
+               mixed: bool = False) -> list[Chunk]:
+    """Chunks of at most ``chunk_rows`` output rows over ``rows`` (per class): consecutive,
+    in class order; or, ``mixed``, each chunk a near-equal share of every class (people are
+    put together within a chunk, `decode.people`, so each chunk needs every class). At
+    least one chunk."""
     total = sum(rows.values())
-    count = max(1, math.ceil(total / chunk_rows))
+    if mixed:
+        count = max(1, math.ceil(total / max(1, chunk_rows - len(rows))))
+        parts = [{c: (j + 1) * a // count - j * a // count for c, a in rows.items()}
+                 for j in range(count)]
+    else:
+        count = max(1, math.ceil(total / chunk_rows))
+        bounds = [(j * chunk_rows, min(total, (j + 1) * chunk_rows)) for j in range(count)]
+        firsts, offset = {}, 0  # the first output row of each class
+        for c, a in rows.items():
+            firsts[c] = offset
+            offset += a
+        parts = [{c: max(0, min(hi, firsts[c] + a) - max(lo, firsts[c]))
+                  for c, a in rows.items()} for lo, hi in bounds]
     made: Counter = Counter()
     chunks = []
-    offset = 0  # the first output row of the class being placed
-    bounds = [(j * chunk_rows, min(total, (j + 1) * chunk_rows)) for j in range(count)]
-    firsts = {}
-    for c, a in rows.items():
-        firsts[c] = offset
-        offset += a
-    for j, (lo, hi) in enumerate(bounds):
-        part = {c: max(0, min(hi, firsts[c] + a) - max(lo, firsts[c])) for c, a in rows.items()}
+    for j, part in enumerate(parts):
         cand = {c: math.ceil(overgenerate * r) for c, r in part.items()}
         chunks.append(Chunk(j, part, {c: made[c] for c in rows}, cand))
         made.update(cand)

@@ -289,7 +289,8 @@ def decode_part(rel: VerifiedRelease, released: Released, settings: DecodeSettin
     p = part_plan(plan(released, settings.n, settings.overgenerate), part, settings.overgenerate)
     with con.status("loading models"):
         decoder = make_decoder(released, settings, part, tools.llm)
-    chunks = chunk_plan(p.rows, settings.overgenerate, settings.chunk_rows)
+    chunks = chunk_plan(p.rows, settings.overgenerate, settings.chunk_rows,
+                        mixed=released.people is not None)
     binding = checkpoint_binding(rel, settings, decoder, p, part, len(chunks))
     if reuse and (done := _finished(out, binding)) is not None:
         con.print(f"{part.label}: already decoded into {out}")

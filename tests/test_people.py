@@ -302,3 +302,23 @@ def test_the_bare_structure_orders_people_by_the_label_alone(tmp_path, keys):
     run_decode(cfg.out, [keys[0][1]], 0, out, DecodeSettings(n=1000, decoder="model", seed=0))
     df = pl.read_parquet(out)
     assert df.height == 1000 and df["patient_id"].n_unique() < 1000
+
+
+def test_a_chunked_decode_mixes_every_class_into_each_chunk(people_artifact, keys, tmp_path):
+    """People are put together within a chunk, so each chunk holds every class (not the
+    visit decode's consecutive slices, which would leave a chunk one or two acuities and
+    force most returns onto another label)."""
+    from decode.chunks import chunk_plan
+
+    rows = {1: 130, 2: 610, 3: 1200, 4: 800, 5: 260}
+    chunks = chunk_plan(rows, 2.0, 1000, mixed=True)
+    assert all(sum(ch.rows.values()) <= 1000 for ch in chunks)
+    assert all(min(ch.rows.values()) > 0 for ch in chunks)
+    assert {c: sum(ch.rows[c] for ch in chunks) for c in rows} == rows
+    art, _, _ = people_artifact
+    out = tmp_path / "people.parquet"
+    res = run_decode(art, [keys[0][1]], 0, out,
+                     DecodeSettings(n=3000, decoder="model", seed=5, chunk_rows=1000))
+    people = res.provenance_doc["people"]
+    assert res.provenance_doc["output"]["chunks"] == 4
+    assert people["relabelled"] < 0.05 * (3000 - people["people"])
