@@ -28,7 +28,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import cross_val_predict
 from threadpoolctl import threadpool_limits
 
-from selpe_audit.person_schema import PersonStructure
+from audits import fidelity
+from selpe_audit.person_schema import person_structure
 from selpe_audit.schema import Schema
 
 _SLOT, _COUNT = "__slot", "__n"
@@ -37,7 +38,7 @@ _SLOT, _COUNT = "__slot", "__n"
 def histories(df: pl.DataFrame, schema: Schema, cap: int) -> pl.DataFrame:
     """Each person's first ``cap`` visits in order, with their slot (0-based) and the
     person's number of visits (capped)."""
-    s, pid = _structure(schema), schema.id_field or ""
+    s, pid = person_structure(schema), schema.id_field or ""
     return (df.sort([pid, s.order])
             .with_columns(pl.int_range(pl.len()).over(pid).alias(_SLOT),
                           pl.len().over(pid).clip(upper_bound=cap).alias(_COUNT))
@@ -54,7 +55,7 @@ def visits_shares(df: pl.DataFrame, schema: Schema, cap: int) -> np.ndarray:
 def steps(df: pl.DataFrame, schema: Schema, cap: int) -> pl.DataFrame:
     """Consecutive visit pairs: each transition field at a visit, the next visit's label
     (``next``) and the gap's public bin (``gap``)."""
-    s, pid = _structure(schema), schema.id_field or ""
+    s, pid = person_structure(schema), schema.id_field or ""
     h = histories(df, schema, cap)
     gap = pl.col(s.order).shift(-1).over(pid) - pl.col(s.order)
     return (h.with_columns(pl.col(schema.label).shift(-1).over(pid).alias("next"),
@@ -64,19 +65,19 @@ def steps(df: pl.DataFrame, schema: Schema, cap: int) -> pl.DataFrame:
 
 
 def tvd(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> float:
-    """Total variation distance of two samples' empirical distributions (1 if one is
-    empty and the other not)."""
-    if not a or not b:
+    """`audits.fidelity.tvd`, with an empty side read as nothing alike (1; 0 if both are
+    empty): people without a second visit have no transitions to match."""
+    value = fidelity.tvd(a, b)
+    if value is None:
         return 0.0 if not a and not b else 1.0
-    pa, pb = Counter(a), Counter(b)
-    return 0.5 * sum(abs(pa[k] / len(a) - pb[k] / len(b)) for k in pa.keys() | pb.keys())
+    return value
 
 
 def transitions(syn: pl.DataFrame, real: pl.DataFrame, schema: Schema,
                 cap: int) -> dict[str, float]:
     """TVD per transition field (at a visit x the next label), of the gap bins, and their
     mean."""
-    s = _structure(schema)
+    s = person_structure(schema)
     a, b = steps(syn, schema, cap), steps(real, schema, cap)
     out = {f"{f} -> next {schema.label}": tvd(list(a.select(f, "next").iter_rows()),
                                               list(b.select(f, "next").iter_rows()))
@@ -110,7 +111,7 @@ def return_auc(train: pl.DataFrame, test: pl.DataFrame, schema: Schema, seed: in
 def person_aggregates(df: pl.DataFrame, schema: Schema, cap: int) -> np.ndarray:
     """Per person: visits (capped), the person fields, the first two visits' transition
     fields (or none), the non-decreasing fields at the first visit, the first gap."""
-    s, pid = _structure(schema), schema.id_field or ""
+    s, pid = person_structure(schema), schema.id_field or ""
     h = histories(df, schema, cap)
     cols = [pl.col(_COUNT).first().alias("visits")]
     cols += [pl.col(f).first().alias(f) for f in (*s.person_fields, *s.nondecreasing)]
@@ -167,12 +168,6 @@ def _features(schema: Schema, rows: pl.DataFrame) -> np.ndarray:
     return np.hstack(blocks)
 
 
-def _structure(schema: Schema) -> PersonStructure:
-    if schema.persons is None:
-        raise ValueError(f"schema '{schema.name}' has no person structure (x-order)")
-    return schema.persons
-
-
 def person_mia(syn: pl.DataFrame, members: pl.DataFrame, non_members: pl.DataFrame,
                schema: Schema, cap: int) -> dict[str, float]:
     """Membership inference at the person level: a person's score is minus the distance of
@@ -202,7 +197,7 @@ def people_report(syn: pl.DataFrame, train: pl.DataFrame, test: pl.DataFrame, sc
     side, each transition field's step table (the next label's share given the field's
     value) for real and synthetic people with their TVDs, the return-visit TSTR next to a
     same-size real sample, the C2ST on people and the person-level MIA."""
-    s = _structure(schema)
+    s = person_structure(schema)
     real_steps, syn_steps = steps(train, schema, cap), steps(syn, schema, cap)
     labels = [str(c) for c in schema.classes]
     tables = {}

@@ -32,7 +32,7 @@ from release.dp.counts import CountQuery, NoisyCounts, release_counts
 from release.dp.unit import UNIT_COL, PrivacyUnit, unit_codes
 from selpe_audit.artifact.persons_block import NONE, PeopleTable, PersonsBlock
 from selpe_audit.artifact.records import LedgerEntry
-from selpe_audit.person_schema import PersonStructure
+from selpe_audit.person_schema import person_structure
 from selpe_audit.schema import Schema
 
 VISITS_COL = "__visits"
@@ -54,7 +54,7 @@ def next_id(field: str) -> str:
 def people_rows(rows: pl.DataFrame, schema: Schema, person_field: str,
                 cap: int) -> pl.DataFrame:
     """One row per person of the typed private ``rows`` (module docstring)."""
-    s = _structure(schema)
+    s = person_structure(schema)
     fields = dict.fromkeys([*s.person_fields, *s.transitions, schema.label])
     codes = [key_col(f) for f in fields]
     label = key_col(schema.label)
@@ -102,7 +102,7 @@ class PeopleMeasured:
 def measure_people(people: pl.DataFrame, schema: Schema, plan: PeoplePlan) -> PeopleMeasured:
     """The people tables ``plan`` runs over the ``people`` rows (`people_rows`), through one
     OpenDP Context."""
-    s = _structure(schema)
+    s = person_structure(schema)
     queries = [_visits_query(schema, plan), *(_step_queries(schema, plan) if plan.steps else [])]
     released = release_counts(people.lazy(), PrivacyUnit(UNIT_COL, 1), queries)
     tables = {r.id: _table(r, schema, plan.cap) for r in released.results}
@@ -116,7 +116,7 @@ def measure_people(people: pl.DataFrame, schema: Schema, plan: PeoplePlan) -> Pe
 
 
 def _visits_query(schema: Schema, plan: PeoplePlan) -> CountQuery:
-    s = _structure(schema)
+    s = person_structure(schema)
     by = {key_col(f): len(schema.field(f).enum) for f in s.person_fields}
     by[VISITS_COL] = plan.cap
     return CountQuery(VISITS_ID, tuple(by), full_keys(by), plan.epsilon,
@@ -125,7 +125,7 @@ def _visits_query(schema: Schema, plan: PeoplePlan) -> CountQuery:
 
 
 def _step_queries(schema: Schema, plan: PeoplePlan) -> list[CountQuery]:
-    s = _structure(schema)
+    s = person_structure(schema)
     n_next = len(schema.classes) + 1
     out = [CountQuery(next_id(f), (key_col(f), NEXT_COL),
                       full_keys({key_col(f): len(schema.field(f).enum), NEXT_COL: n_next}),
@@ -142,7 +142,7 @@ def _step_queries(schema: Schema, plan: PeoplePlan) -> list[CountQuery]:
 
 def _table(r: NoisyCounts, schema: Schema, cap: int) -> PeopleTable:
     """A measured table with public values for its codes."""
-    s = _structure(schema)
+    s = person_structure(schema)
     names = {VISITS_COL: "visits", NEXT_COL: f"next {schema.label}", GAP_COL: "gap"}
     values = {VISITS_COL: list(range(1, cap + 1)),
               NEXT_COL: [*schema.classes, NONE], GAP_COL: [*s.gap_labels(), NONE]}
@@ -160,9 +160,3 @@ def _table(r: NoisyCounts, schema: Schema, cap: int) -> PeopleTable:
     keys = tuple(tuple(decode[j][code] for j, code in enumerate(row))
                  for row in table.select(cols).iter_rows())
     return PeopleTable(r.id, tuple(fields), keys, tuple(int(c) for c in table[r.table.columns[-1]]))
-
-
-def _structure(schema: Schema) -> PersonStructure:
-    if schema.persons is None:
-        raise ValueError(f"schema '{schema.name}' has no person structure (x-order)")
-    return schema.persons

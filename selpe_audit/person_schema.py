@@ -27,7 +27,7 @@ from selpe_audit.errors import UserError
 if TYPE_CHECKING:
     import polars as pl
 
-    from selpe_audit.schema import Field
+    from selpe_audit.schema import Field, Schema
 
 KEYWORDS = frozenset({"x-order", "x-person-fields", "x-nondecreasing", "x-transitions"})
 
@@ -43,18 +43,16 @@ class PersonStructure:
     transitions: tuple[str, ...]
 
     def gap_labels(self) -> list[str]:
-        """Public names of the gap bins, e.g. ``[2, 8) days``."""
-        edges = [f"{e:g}" for e in self.gap_bins]
-        labels = [f"[{a}, {b})" for a, b in itertools.pairwise(edges)]
-        labels[-1] = labels[-1][:-1] + "]"
-        return labels
+        """Public names of the gap bins, e.g. ``[2, 8)``."""
+        from selpe_audit.schema import bin_labels
+
+        return bin_labels(self.gap_bins)
 
     def gap_index(self, gap: float) -> int:
         """The gap bin of ``gap`` (>= 0)."""
-        for i, edge in enumerate(self.gap_bins[1:-1]):
-            if gap < edge:
-                return i
-        return len(self.gap_bins) - 2
+        from selpe_audit.schema import bin_index
+
+        return bin_index(self.gap_bins, gap)
 
     def gap_code(self, gap: pl.Expr) -> pl.Expr:
         """`gap_index` as a polars expression (a null gap stays null)."""
@@ -65,6 +63,14 @@ class PersonStructure:
             return pl.when(gap.is_null()).then(None).otherwise(0)
         return pl.when(gap.is_null()).then(None).otherwise(
             pl.sum_horizontal([gap >= e for e in inner]))
+
+
+def person_structure(schema: Schema) -> PersonStructure:
+    """``schema``'s person structure; a `ValueError` for a schema without one (callers
+    check first: a release or an audit of people needs it)."""
+    if schema.persons is None:
+        raise ValueError(f"schema '{schema.name}' has no person structure (x-order)")
+    return schema.persons
 
 
 def parse_persons(raw: Mapping[str, Any], fields: Sequence[Field], id_field: str | None,

@@ -77,17 +77,27 @@ class Field:
     def bin_labels(self, edges: Sequence[float] | None = None) -> list[str]:
         """Public names of the histogram bins, e.g. ``[60, 80)`` and a closed last bin;
         ``edges``: bins other than the public ones (public bins merged by the release)."""
-        edges = [_fmt(e) for e in (self.bins if edges is None else edges)]
-        labels = [f"[{a}, {b})" for a, b in itertools.pairwise(edges)]
-        labels[-1] = labels[-1][:-1] + "]"
-        return labels
+        return bin_labels(self.bins if edges is None else edges)
 
     def bin_index(self, value: float) -> int:
         """Index of the public bin that holds ``value`` (which lies in [minimum, maximum])."""
-        for i in range(len(self.bins) - 2):
-            if value < self.bins[i + 1]:
-                return i
-        return len(self.bins) - 2
+        return bin_index(self.bins, value)
+
+
+def bin_labels(edges: Sequence[float]) -> list[str]:
+    """Names of the bins between ``edges``: ``[a, b)``, the last one closed."""
+    names = [_fmt(e) for e in edges]
+    labels = [f"[{a}, {b})" for a, b in itertools.pairwise(names)]
+    labels[-1] = labels[-1][:-1] + "]"
+    return labels
+
+
+def bin_index(edges: Sequence[float], value: float) -> int:
+    """Index of the bin between ``edges`` that holds ``value`` (the last one closed)."""
+    for i in range(len(edges) - 2):
+        if value < edges[i + 1]:
+            return i
+    return len(edges) - 2
 
 
 @dataclass(frozen=True)
